@@ -1,0 +1,581 @@
+// ktune: the command-line client. Runs tuning jobs locally (headless jobs
+// on GPU nodes, or replays of recorded spaces anywhere) and queries the
+// store.
+//
+// Exit codes: 0 success, 2 invalid input (the message names the field, flag
+// or position), 1 anything else.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ktune/v1/job.pb.h"
+#include "server/cli/flags.h"
+#include "server/cli/output.h"
+#include "strategies/registry.h"
+#include "tuner/base/json.h"
+#include "tuner/base/strings.h"
+#include "tuner/device/simulated_device.h"
+#include "tuner/session/job.h"
+#include "tuner/session/session.h"
+#include "tuner/store/store.h"
+
+namespace ktune::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitError = 1;
+constexpr int kExitInvalidInput = 2;
+
+constexpr char kVersion[] = "0.1.0";
+
+// A failure with the exit code it deserves.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+Failure InvalidInput(const absl::Status& s) {
+  return Failure{kExitInvalidInput, std::string(s.message())};
+}
+Failure Error(const absl::Status& s) { return Failure{kExitError, std::string(s.message())}; }
+
+// Set by SIGINT/SIGTERM: the running job stops after the candidate in
+// flight and is left resumable.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void OnSignal(int) { g_stop.store(true); }
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;  // a second signal takes the default action
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+std::string DefaultDbPath() {
+  const char* env = std::getenv("KTUNE_DB");
+  return env != nullptr && *env != '\0' ? env : "ktune.db";
+}
+
+const FlagSpec kDbFlag{"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"};
+const FlagSpec kJsonFlag{"json", "", "print one JSON object on stdout"};
+
+const CommandSpec kTuneCommand{
+    "tune",
+    "ktune tune [SPEC.json] --local --device DEVICE [flags]",
+    "Runs a tuning job on this machine and stores every measurement.\n"
+    "DEVICE is sim:FILE (replay a recorded Kernel Tuner cache or T4 file).\n"
+    "Without SPEC.json and with a simulated device, the space is the recorded\n"
+    "file's parameters and configurations. Running the same job again resumes\n"
+    "it: finished configurations are never measured twice.",
+    {{"local", "", "run here, without a daemon"},
+     {"device", "DEVICE", "where to run: sim:FILE"},
+     kDbFlag,
+     {"strategy", "NAME", "search strategy (auto, brute_force, random)"},
+     {"max-evals", "N", "stop after N evaluations"},
+     {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
+     {"seed", "N", "seed of the strategy (default 0)"},
+     {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
+     kJsonFlag},
+    1};
+
+const CommandSpec kBestCommand{
+    "best",
+    "ktune best --kernel NAME [--device NAME] [--problem name=value,...] [flags]",
+    "Prints the best stored configuration of a kernel, per device and problem.",
+    {kDbFlag,
+     {"kernel", "NAME", "kernel name (required)"},
+     {"device", "NAME", "only this device (name, id or uuid)"},
+     {"problem", "DIMS", "only this problem, e.g. M=4096,N=4096"},
+     {"objective", "ID", "only this objective (default: all)"},
+     kJsonFlag},
+    0};
+
+const CommandSpec kJobsCommand{"jobs",
+                               "ktune jobs [--db PATH] [--json]",
+                               "Lists the stored jobs, newest first.",
+                               {kDbFlag, kJsonFlag},
+                               0};
+
+const CommandSpec kShowCommand{
+    "show",
+    "ktune show JOB [--db PATH] [--json]",
+    "Shows a job and its measurements in evaluation order (JOB may be a\n"
+    "unique prefix of the id).",
+    {kDbFlag, kJsonFlag},
+    1};
+
+std::string MainHelp() {
+  return StrCat("ktune ", kVersion,
+                ": online auto-tuning of GPU kernels\n\n"
+                "Usage: ktune COMMAND [ARGS]\n\n"
+                "Commands:\n"
+                "  tune      run a tuning job (--local)\n"
+                "  best      print the best stored configuration of a kernel\n"
+                "  jobs      list stored jobs\n"
+                "  show      show one job and its measurements\n"
+                "  version   print the version\n\n"
+                "Run 'ktune COMMAND --help' for a command's flags.\n");
+}
+
+// Opens the store for a command that only reads: the file must exist.
+std::optional<Failure> OpenExistingStore(const Args& args, std::optional<Store>& out) {
+  const std::string path = args.Get("db").value_or(DefaultDbPath());
+  absl::StatusOr<Store> store = Store::Open(path, /*create=*/false);
+  if (!store.ok()) {
+    if (store.status().code() == absl::StatusCode::kNotFound ||
+        store.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
+    }
+    return Error(store.status());
+  }
+  out.emplace(*std::move(store));
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------- tune
+
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::uint64_t space_size)
+      : tty_(isatty(STDERR_FILENO) == 1), space_size_(space_size) {}
+
+  void Update(const Progress& p) {
+    if (!tty_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(100) && p.evaluations > 1) return;
+    last_ = now;
+    const double wall = p.wall.count();
+    const double rate = wall > 0 ? static_cast<double>(p.evaluations) / wall : 0;
+    std::string line = StrCat("\r\033[K", p.evaluations);
+    if (p.max_evaluations > 0) line += StrCat("/", p.max_evaluations);
+    line += " evaluations";
+    if (p.best_time_ms) {
+      line += StrCat("  best ", FormatMs(*p.best_time_ms), " (", p.best_key, ")");
+    }
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "  %.0f/s", rate);
+    line += buf;
+    // Time left: by the evaluation budget, the space size, or the time budget.
+    std::optional<double> left;
+    std::uint64_t target = space_size_;
+    if (p.max_evaluations > 0 && static_cast<std::uint64_t>(p.max_evaluations) < target) {
+      target = static_cast<std::uint64_t>(p.max_evaluations);
+    }
+    if (rate > 0 && target > static_cast<std::uint64_t>(p.evaluations)) {
+      left = static_cast<double>(target - static_cast<std::uint64_t>(p.evaluations)) / rate;
+    }
+    if (p.max_time.count() > 0 && p.elapsed.count() > 0) {
+      const double by_time =
+          (p.max_time - p.elapsed).count() / 1e3 * (wall / (p.elapsed.count() / 1e3));
+      left = left ? std::min(*left, std::max(0.0, by_time)) : std::max(0.0, by_time);
+    }
+    if (left) {
+      std::snprintf(buf, sizeof buf, "  ~%.0fs left", *left);
+      line += buf;
+    }
+    std::fputs(line.c_str(), stderr);
+    std::fflush(stderr);
+    shown_ = true;
+  }
+
+  void Finish() {
+    if (shown_) std::fputs("\r\033[K", stderr);
+  }
+
+ private:
+  bool tty_;
+  std::uint64_t space_size_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string DirOf(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::optional<Failure> RunTune(const Args& args, int* exit_code) {
+  if (!args.Has("local")) {
+    return Failure{kExitInvalidInput,
+                   "ktune tune: give --local to run here (remote tuning through "
+                   "a daemon is not available in this version)"};
+  }
+  // 1. The job spec, if any, with the command line's overrides.
+  v1::JobSpec spec;
+  std::string base_dir = ".";
+  const bool has_spec = !args.positional().empty();
+  if (has_spec) {
+    const std::string& path = args.positional()[0];
+    absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(path);
+    if (!loaded.ok()) return InvalidInput(loaded.status());
+    spec = *std::move(loaded);
+    base_dir = DirOf(path);
+  }
+  v1::StrategySpec& strategy = *spec.mutable_strategy();
+  if (auto s = args.Get("strategy")) strategy.set_name(*s);
+  absl::StatusOr<std::optional<std::int64_t>> max_evals = args.GetInt("max-evals", 0, INT64_MAX);
+  if (!max_evals.ok()) return InvalidInput(max_evals.status());
+  if (*max_evals) strategy.set_max_evaluations(**max_evals);
+  absl::StatusOr<std::optional<double>> max_seconds = args.GetDouble("max-seconds", 0);
+  if (!max_seconds.ok()) return InvalidInput(max_seconds.status());
+  if (*max_seconds) {
+    if (**max_seconds > 3.15e9) return Failure{kExitInvalidInput, "--max-seconds: too large"};
+    const double s = **max_seconds;
+    strategy.mutable_max_time()->set_seconds(static_cast<std::int64_t>(s));
+    strategy.mutable_max_time()->set_nanos(
+        static_cast<std::int32_t>(std::round((s - std::floor(s)) * 1e9)) % 1000000000);
+  }
+  absl::StatusOr<std::optional<std::uint64_t>> seed = args.GetUint("seed");
+  if (!seed.ok()) return InvalidInput(seed.status());
+  if (*seed) strategy.set_seed(**seed);
+
+  // 2. The device.
+  std::string device_arg;
+  std::string device_base = ".";
+  if (auto d = args.Get("device")) {
+    device_arg = *d;
+  } else if (spec.device().devices_size() > 0) {
+    device_arg = spec.device().devices(0);
+    device_base = base_dir;
+  } else {
+    return Failure{kExitInvalidInput,
+                   "ktune tune: no device; give --device sim:FILE (or name one in the "
+                   "job file's device.devices)"};
+  }
+  if (device_arg.rfind("sim:", 0) != 0) {
+    return Failure{kExitInvalidInput, StrCat("--device ", device_arg,
+                                             ": this build runs simulated devices only (sim:FILE); "
+                                             "the CUDA device is not available yet")};
+  }
+  std::string sim_path = device_arg.substr(4);
+  if (sim_path.empty()) return Failure{kExitInvalidInput, "--device sim:: empty file name"};
+  if (sim_path[0] != '/' && device_base != ".") sim_path = StrCat(device_base, "/", sim_path);
+  absl::StatusOr<std::unique_ptr<SimulatedDevice>> device = SimulatedDevice::Open(sim_path);
+  if (!device.ok()) {
+    return Failure{kExitInvalidInput,
+                   StrCat("--device ", device_arg, ": ", device.status().message())};
+  }
+  absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
+  if (!speed.ok()) return InvalidInput(speed.status());
+  if (*speed && **speed > 0) (*device)->set_speed(**speed);
+  spec.mutable_device()->clear_devices();
+  spec.mutable_device()->add_devices(device_arg);
+
+  // 3. The job.
+  absl::StatusOr<Job> job =
+      has_spec ? ResolveJob(spec, base_dir) : JobForRecording((*device)->recording(), spec);
+  if (!job.ok()) {
+    return Failure{kExitInvalidInput,
+                   has_spec ? StrCat(args.positional()[0], ": ", job.status().message())
+                            : std::string(job.status().message())};
+  }
+  if (absl::Status s = (*device)->Bind(*job->space); !s.ok()) return InvalidInput(s);
+
+  // 4. The strategy.
+  StrategyOptions options;
+  options.seed = job->seed;
+  options.max_evaluations = job->max_evaluations;
+  options.settings = job->strategy_settings;
+  const std::string resolved = job->strategy == "auto"
+                                   ? ResolveAutoStrategy(*job->space, job->max_evaluations)
+                                   : job->strategy;
+  absl::StatusOr<std::unique_ptr<Strategy>> strat =
+      MakeStrategy(job->strategy, *job->space, options);
+  if (!strat.ok()) {
+    return Failure{kExitInvalidInput,
+                   StrCat(args.Has("strategy") ? "--strategy: " : "strategy.name: ",
+                          strat.status().message())};
+  }
+
+  // 5. The store: opened only now, after all input was checked.
+  const std::string db_path = args.Get("db").value_or(DefaultDbPath());
+  absl::StatusOr<Store> store = Store::Open(db_path, /*create=*/true);
+  if (!store.ok()) {
+    if (store.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
+    }
+    return Error(store.status());
+  }
+
+  // 6. Run.
+  Session session(*job, **device, *store, **strat, resolved);
+  const SpaceCount count = job->space->Count();
+  ProgressLine line(count.count > UINT64_MAX ? UINT64_MAX
+                                             : static_cast<std::uint64_t>(count.count));
+  std::fprintf(stderr, "ktune: job %s: %s on %s, strategy %s, %s configurations\n",
+               session.job_id().c_str(), job->kernel_name.c_str(), (*device)->info().name.c_str(),
+               resolved.c_str(),
+               StrCat(count.exact ? "" : "~", static_cast<std::uint64_t>(count.count)).c_str());
+  InstallSignalHandlers();
+  SessionOptions so;
+  so.stop = &g_stop;
+  so.on_progress = [&line](const Progress& p) { line.Update(p); };
+  absl::StatusOr<SessionResult> result = session.Run(so);
+  line.Finish();
+  if (!result.ok()) return Error(result.status());
+
+  const Progress& p = result->progress;
+  std::string counts;
+  for (int i = 0; i < kNumCandidateStatuses; ++i) {
+    if (p.status_counts[static_cast<std::size_t>(i)] == 0) continue;
+    if (!counts.empty()) counts += ", ";
+    counts += StrCat(CandidateStatusName(static_cast<CandidateStatus>(i)), " ",
+                     p.status_counts[static_cast<std::size_t>(i)]);
+  }
+  std::fprintf(stderr, "ktune: %s after %lld evaluations (%lld from the store%s)%s\n",
+               result->end_reason.c_str(), static_cast<long long>(p.evaluations),
+               static_cast<long long>(p.replayed), result->resumed ? ", resumed" : "",
+               result->end_reason == "interrupted" ? "; run the same command again to resume" : "");
+
+  if (args.Has("json")) {
+    Json out = Json::MakeObject();
+    out.Set("job_id", result->job.id);
+    out.Set("kernel", job->kernel_name);
+    out.Set("device", (*device)->info().name);
+    out.Set("strategy", resolved);
+    out.Set("evaluations", p.evaluations);
+    if (result->best) {
+      Json best = Json::MakeObject();
+      best.Set("key", result->best->key);
+      best.Set("config", ConfigJson(result->best->config_json));
+      best.Set("time_ms", result->best->measurement.time.count());
+      if (job->objective.id() != "time") {
+        best.Set("objective", result->best->objective ? Json(*result->best->objective) : Json());
+      }
+      out.Set("best", std::move(best));
+    } else {
+      out.Set("best", Json());
+    }
+    Json sc = Json::MakeObject();
+    for (int i = 0; i < kNumCandidateStatuses; ++i) {
+      if (p.status_counts[static_cast<std::size_t>(i)] > 0) {
+        sc.Set(CandidateStatusName(static_cast<CandidateStatus>(i)),
+               p.status_counts[static_cast<std::size_t>(i)]);
+      }
+    }
+    out.Set("status_counts", std::move(sc));
+    out.Set("state", JobStateName(result->job.state));
+    out.Set("end_reason", result->end_reason);
+    std::cout << out.Dump() << "\n";
+  } else {
+    std::cout << "job       " << result->job.id << "\n"
+              << "kernel    " << job->kernel_name << "\n"
+              << "device    " << (*device)->info().name
+              << ((*device)->info().simulated ? " (replayed)" : "") << "\n"
+              << "strategy  " << resolved << "\n"
+              << "evaluated " << p.evaluations << " (" << counts << ")\n";
+    if (result->best) {
+      std::cout << "best      " << result->best->key << "  "
+                << FormatMs(result->best->measurement.time.count());
+      if (job->objective.id() != "time" && result->best->objective) {
+        std::cout << "  " << job->objective.name() << " = " << *result->best->objective;
+      }
+      std::cout << "\n          " << result->best->config_json << "\n";
+    } else {
+      std::cout << "best      none (no configuration succeeded)\n";
+    }
+  }
+  *exit_code = result->end_reason == "interrupted" ? kExitError : kExitOk;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------- best
+
+absl::StatusOr<Problem> ParseProblem(const std::string& text) {
+  Problem p;
+  for (const std::string& part : StrSplit(text, ',')) {
+    const std::size_t eq = part.find('=');
+    if (eq == std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("--problem: '", part, "' is not name=value"));
+    }
+    const std::string name(StripSpace(part.substr(0, eq)));
+    const std::string value(StripSpace(part.substr(eq + 1)));
+    std::int64_t v = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+    if (name.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
+      return absl::InvalidArgumentError(StrCat("--problem: '", part, "': expected name=integer"));
+    }
+    if (!p.emplace(name, v).second) {
+      return absl::InvalidArgumentError(StrCat("--problem: '", name, "' given twice"));
+    }
+  }
+  return p;
+}
+
+std::optional<Failure> RunBest(const Args& args, int* exit_code) {
+  std::optional<std::string> kernel = args.Get("kernel");
+  if (!kernel || kernel->empty()) {
+    return Failure{kExitInvalidInput, "ktune best: --kernel NAME is required"};
+  }
+  std::optional<Problem> problem;
+  if (auto p = args.Get("problem")) {
+    absl::StatusOr<Problem> parsed = ParseProblem(*p);
+    if (!parsed.ok()) return InvalidInput(parsed.status());
+    problem = *std::move(parsed);
+  }
+  std::optional<Store> store;
+  if (auto f = OpenExistingStore(args, store)) return f;
+  absl::StatusOr<std::vector<BestRecord>> found =
+      store->FindBest(*kernel, args.Get("device"), problem, args.Get("objective"));
+  if (!found.ok()) return Error(found.status());
+  if (found->empty()) {
+    std::string what = StrCat("kernel ", *kernel);
+    if (auto d = args.Get("device")) what += StrCat(" on ", *d);
+    if (auto p = args.Get("problem")) what += StrCat(" for ", *p);
+    return Failure{kExitError, StrCat("no stored best configuration for ", what)};
+  }
+  if (args.Has("json")) {
+    Json out = Json::MakeObject();
+    out.Set("kernel", *kernel);
+    Json results = Json::MakeArray();
+    for (const BestRecord& b : *found) results.Push(BestToJson(b));
+    out.Set("results", std::move(results));
+    std::cout << out.Dump() << "\n";
+  } else {
+    for (const BestRecord& b : *found) {
+      std::cout << b.kernel_name << " on " << b.device.name
+                << (b.device.simulated ? " (replayed)" : "") << ", problem "
+                << ProblemToJson(b.problem) << ", objective " << b.objective << "\n"
+                << "  best " << b.key << "  " << FormatMs(b.time_ms) << "  (job " << b.job_id
+                << ")\n  " << b.config_json << "\n";
+    }
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------- jobs, show
+
+std::optional<Failure> RunJobs(const Args& args, int* exit_code) {
+  std::optional<Store> store;
+  if (auto f = OpenExistingStore(args, store)) return f;
+  absl::StatusOr<std::vector<JobRecord>> jobs = store->ListJobs();
+  if (!jobs.ok()) return Error(jobs.status());
+  if (args.Has("json")) {
+    Json out = Json::MakeObject();
+    Json list = Json::MakeArray();
+    for (const JobRecord& j : *jobs) list.Push(JobToJson(j));
+    out.Set("jobs", std::move(list));
+    std::cout << out.Dump() << "\n";
+  } else {
+    std::printf("%-16s  %-12s  %-12s  %-24s  %-12s  %s\n", "JOB", "STATE", "EVALUATIONS", "KERNEL",
+                "STRATEGY", "DEVICE");
+    for (const JobRecord& j : *jobs) {
+      std::printf("%-16s  %-12s  %-12lld  %-24s  %-12s  %s\n", j.id.c_str(), JobStateName(j.state),
+                  static_cast<long long>(j.evaluations), j.kernel_name.c_str(), j.strategy.c_str(),
+                  j.device.name.c_str());
+    }
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
+std::optional<Failure> RunShow(const Args& args, int* exit_code) {
+  if (args.positional().empty()) {
+    return Failure{kExitInvalidInput, "ktune show: give a JOB id (see ktune jobs)"};
+  }
+  std::optional<Store> store;
+  if (auto f = OpenExistingStore(args, store)) return f;
+  absl::StatusOr<JobRecord> job = store->GetJob(args.positional()[0]);
+  if (!job.ok()) {
+    if (job.status().code() == absl::StatusCode::kNotFound ||
+        job.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Failure{kExitInvalidInput, StrCat("JOB: ", job.status().message())};
+    }
+    return Error(job.status());
+  }
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = store->LoadMeasurements(job->id);
+  if (!ms.ok()) return Error(ms.status());
+  if (args.Has("json")) {
+    Json out = Json::MakeObject();
+    out.Set("job", JobToJson(*job));
+    Json list = Json::MakeArray();
+    for (const StoredMeasurement& m : *ms) list.Push(MeasurementToJson(m));
+    out.Set("measurements", std::move(list));
+    std::cout << out.Dump() << "\n";
+  } else {
+    std::cout << "job       " << job->id << " (" << JobStateName(job->state)
+              << (job->message.empty() ? "" : ": " + job->message) << ")\n"
+              << "kernel    " << job->kernel_name << "\n"
+              << "device    " << job->device.name << " [" << job->device.id << "]\n"
+              << "problem   " << ProblemToJson(job->problem) << "\n"
+              << "strategy  " << job->strategy << ", seed " << job->seed << "\n"
+              << "evaluated " << job->evaluations << "\n\n";
+    std::printf("%6s  %-32s  %-22s  %s\n", "SEQ", "KEY", "STATUS", "TIME");
+    for (const StoredMeasurement& m : *ms) {
+      std::printf("%6lld  %-32s  %-22s  %s\n", static_cast<long long>(m.sequence), m.key.c_str(),
+                  CandidateStatusName(m.measurement.status),
+                  m.measurement.ok() ? FormatMs(m.measurement.time.count()).c_str() : "-");
+    }
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> all(argv + 1, argv + argc);
+  if (all.empty() || all[0] == "help" || all[0] == "--help" || all[0] == "-h") {
+    std::cout << MainHelp();
+    return all.empty() ? kExitInvalidInput : kExitOk;
+  }
+  if (all[0] == "version" || all[0] == "--version") {
+    std::cout << "ktune " << kVersion << "\n";
+    return kExitOk;
+  }
+  const std::string command = all[0];
+  const std::vector<std::string> rest(all.begin() + 1, all.end());
+  const CommandSpec* spec = nullptr;
+  std::optional<Failure> (*run)(const Args&, int*) = nullptr;
+  if (command == "tune") {
+    spec = &kTuneCommand;
+    run = RunTune;
+  } else if (command == "best") {
+    spec = &kBestCommand;
+    run = RunBest;
+  } else if (command == "jobs") {
+    spec = &kJobsCommand;
+    run = RunJobs;
+  } else if (command == "show") {
+    spec = &kShowCommand;
+    run = RunShow;
+  } else {
+    std::cerr << "ktune: unknown command '" << command << "'\n\n" << MainHelp();
+    return kExitInvalidInput;
+  }
+  absl::StatusOr<Args> args = Parse(*spec, rest);
+  if (!args.ok()) {
+    std::cerr << "ktune " << command << ": " << args.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  if (args->help()) {
+    std::cout << HelpText(*spec);
+    return kExitOk;
+  }
+  int exit_code = kExitOk;
+  if (std::optional<Failure> f = run(*args, &exit_code)) {
+    std::cerr << "ktune " << command << ": error: " << f->message << "\n";
+    return f->code;
+  }
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace ktune::cli
+
+int main(int argc, char** argv) { return ktune::cli::Main(argc, argv); }

@@ -1,0 +1,40 @@
+// Strategies by name. The session receives its strategy from whoever builds
+// it (the command line, the daemon); the engine never includes this.
+#ifndef KTUNE_STRATEGIES_REGISTRY_H_
+#define KTUNE_STRATEGIES_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/space/config.h"
+#include "tuner/space/space.h"
+
+namespace ktune {
+
+struct StrategyOptions {
+  std::uint64_t seed = 0;
+  // The evaluation budget of the run (0: none), for strategies that plan.
+  std::int64_t max_evaluations = 0;
+  // Strategy-specific settings from the job spec.
+  std::map<std::string, std::string> settings;
+};
+
+// The registered names, sorted.
+std::vector<std::string> StrategyNames();
+
+// A strategy over `space` (which must outlive it). INVALID_ARGUMENT for an
+// unknown name (the message lists the known ones) or a bad setting.
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, const Space& space,
+                                                       const StrategyOptions& options);
+
+// What "auto" resolves to for this space and budget.
+std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations);
+
+}  // namespace ktune
+
+#endif  // KTUNE_STRATEGIES_REGISTRY_H_

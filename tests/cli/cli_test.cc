@@ -1,0 +1,439 @@
+// End-to-end tests of the ktune command line: the binary is run as a user
+// would run it.
+#include <dirent.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/temp_dir.h"
+#include "tuner/base/json.h"
+#include "tuner/base/sha256.h"
+#include "tuner/store/sqlite.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kRecorded = std::string(KTUNE_SOURCE_DIR) + "/kernels/recorded/";
+
+std::string Cli() {
+  const char* p = std::getenv("KTUNE_CLI");
+  return p != nullptr ? p : KTUNE_CLI_PATH;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+struct RunResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  pid_t Start(const std::vector<std::string>& args) {
+    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(o, 1);
+      dup2(e, 2);
+      const std::string cli = Cli();
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(cli.c_str()));
+      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(cli.c_str(), argv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  RunResult Finish(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    RunResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = Slurp(dir_ + "/stdout");
+    r.err = Slurp(dir_ + "/stderr");
+    return r;
+  }
+
+  RunResult Run(const std::vector<std::string>& args) { return Finish(Start(args)); }
+
+  Json RunJson(const std::vector<std::string>& args) {
+    const RunResult r = Run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    absl::StatusOr<Json> j = ParseJson(r.out);
+    EXPECT_TRUE(j.ok()) << r.out;
+    return j.ok() ? *j : Json();
+  }
+
+  std::string Db(const std::string& name = "k.db") { return dir_ + "/" + name; }
+
+  testing::TempDir tmp_;
+  const std::string& dir_ = tmp_.path();
+};
+
+TEST_F(CliTest, BruteForceReportsTheRecordedOptimum) {
+  const struct {
+    const char* file;
+    const char* key;
+    double time_ms;
+    int evaluations;
+  } cases[] = {
+      {"pnpoly_kttvalues_RTX_2080_Ti.json.gz", "0,128,20,2", 8.023776, 4092},
+      {"convolution_milo_A100.json.gz", "32,4,1,3,1,0,1,1,15,15", 0.5536000076681375, 4362},
+      {"convolution_milo_A100_T4.json.gz", "32,4,1,3,1,0,1,1,15,15", 0.5536000076681375, 4362},
+  };
+  for (const auto& c : cases) {
+    const Json j = RunJson({"tune", "--local", "--device", "sim:" + kRecorded + c.file,
+                            "--strategy", "brute_force", "--db", Db(), "--json"});
+    ASSERT_TRUE(j.is_object()) << c.file;
+    EXPECT_EQ(j.Find("best")->Find("key")->as_string(), c.key) << c.file;
+    EXPECT_DOUBLE_EQ(j.Find("best")->Find("time_ms")->as_double(), c.time_ms) << c.file;
+    EXPECT_EQ(j.Find("evaluations")->as_int(), c.evaluations) << c.file;
+    EXPECT_EQ(j.Find("strategy")->as_string(), "brute_force");
+    EXPECT_EQ(j.Find("job_id")->as_string().size(), 16u);
+    EXPECT_TRUE(j.Find("best")->Find("config")->is_object());
+    EXPECT_GT(j.Find("status_counts")->Find("ok")->as_int(), 0);
+  }
+  // The three jobs are stored; the best query answers from the store.
+  const Json best = RunJson({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--json"});
+  ASSERT_EQ(best.Find("results")->as_array().size(), 1u);
+  EXPECT_EQ(best.Find("results")->as_array()[0].Find("key")->as_string(), "0,128,20,2");
+  EXPECT_EQ(best.Find("results")->as_array()[0].Find("problem")->Dump(),
+            R"({"problem_size_x":20000000})");
+  const Json filtered =
+      RunJson({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--device",
+               "NVIDIA GeForce RTX 2080 Ti", "--problem", "problem_size_x=20000000", "--json"});
+  EXPECT_EQ(filtered.Find("results")->as_array().size(), 1u);
+  const RunResult none =
+      Run({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--problem", "problem_size_x=5"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_THAT(none.err, HasSubstr("no stored best configuration for kernel cn_pnpoly"));
+  const Json jobs = RunJson({"jobs", "--db", Db(), "--json"});
+  EXPECT_EQ(jobs.Find("jobs")->as_array().size(), 3u);
+}
+
+// Every complete recorded space of the developer set (when present).
+TEST_F(CliTest, SharedCachesReplayToTheirRecordedOptimum) {
+  const std::string dir = KTUNE_SHARED_CACHES;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) GTEST_SKIP() << dir << " is not here";
+  std::vector<std::string> files;
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 8 && name.substr(name.size() - 8) == ".json.gz" &&
+        name.find("PARTIAL") == std::string::npos) {
+      files.push_back(name);
+    }
+  }
+  closedir(d);
+  // Optima as published with the files (README of the set).
+  const std::map<std::string, std::pair<std::string, double>> expected = {
+      {"convolution_RTX_2080_Ti.json.gz", {"128,2,15,15,1,1,7,0", 0.9003}},
+      {"convolution_RTX_3060_Laptop.json.gz", {"64,2,15,15,0,2,7,1", 1.806}},
+      {"convolution_kttvalues_RTX_2080_Ti.json.gz", {"128,2,15,15,1,1,7,0", 0.7061}},
+      {"convolution_milo6_A4000.json.gz", {"16,2,4,4,1,0", 1.507}},
+      {"convolution_milo_A100.json.gz", {"32,4,1,3,1,0,1,1,15,15", 0.5536}},
+      {"convolution_milo_A100_T4.json.gz", {"32,4,1,3,1,0,1,1,15,15", 0.5536}},
+      {"convolution_milo_A4000.json.gz", {"256,1,2,4,0,0,0,1,15,15", 1.021}},
+      {"convolution_milo_MI250X.json.gz", {"64,1,2,4,1,0,0,1,15,15", 0.6588}},
+      {"dedispersion_milo_A100.json.gz", {"4,64,1,1,3,0,1,0", 68.12}},
+      {"dedispersion_milo_A4000.json.gz", {"8,96,1,1,6,0,1,0", 147.7}},
+      {"dedispersion_milo_MI250X.json.gz", {"8,32,1,1,1,0,0,0", 49.57}},
+      {"gemm_RTX_2080_Ti.json.gz", {"128,128,32,16,8,16,32,2,8,4,0,0,0,1,32", 11.48}},
+      {"pnpoly_RTX_2080_Ti.json.gz", {"3,448,20,0", 0.01591}},
+      {"pnpoly_RTX_3060_Laptop.json.gz", {"0,384,20,0", 26.81}},
+      {"pnpoly_kttvalues_RTX_2080_Ti.json.gz", {"0,128,20,2", 8.024}},
+  };
+  ASSERT_FALSE(files.empty());
+  for (const std::string& f : files) {
+    auto it = expected.find(f);
+    ASSERT_NE(it, expected.end()) << "no published optimum for " << f;
+    const Json j = RunJson({"tune", "--local", "--device", "sim:" + dir + "/" + f, "--strategy",
+                            "brute_force", "--db", Db(), "--json"});
+    ASSERT_TRUE(j.is_object()) << f;
+    EXPECT_EQ(j.Find("best")->Find("key")->as_string(), it->second.first) << f;
+    const double t = j.Find("best")->Find("time_ms")->as_double();
+    EXPECT_NEAR(t, it->second.second, it->second.second * 5e-4) << f;
+  }
+}
+
+TEST_F(CliTest, SeededRandomRunsAreReproducible) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  auto keys = [&](const std::string& db, const std::string& seed) {
+    const Json t = RunJson({"tune", "--local", "--device", cache, "--strategy", "random",
+                            "--max-evals", "60", "--seed", seed, "--db", db, "--json"});
+    const Json show = RunJson({"show", t.Find("job_id")->as_string(), "--db", db, "--json"});
+    std::vector<std::string> out;
+    for (const Json& m : show.Find("measurements")->as_array()) {
+      out.push_back(m.Find("key")->as_string());
+    }
+    return std::make_pair(t.Dump(), out);
+  };
+  const auto a = keys(Db("a.db"), "17");
+  const auto b = keys(Db("b.db"), "17");
+  const auto c = keys(Db("c.db"), "18");
+  EXPECT_EQ(a.first, b.first);
+  EXPECT_EQ(a.second, b.second);
+  EXPECT_EQ(a.second.size(), 60u);
+  EXPECT_NE(a.second, c.second);
+}
+
+TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {
+  const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  const Json t = RunJson(
+      {"tune", "--local", "--device", cache, "--strategy", "brute_force", "--db", Db(), "--json"});
+  const std::string id = t.Find("job_id")->as_string();
+  const Json show = RunJson({"show", id.substr(0, 6), "--db", Db(), "--json"});
+  EXPECT_EQ(show.Find("job")->Find("id")->as_string(), id);
+  EXPECT_EQ(show.Find("job")->Find("state")->as_string(), "succeeded");
+  const Json::Array& ms = show.Find("measurements")->as_array();
+  ASSERT_EQ(ms.size(), 4092u);
+  int failed = 0;
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    EXPECT_EQ(ms[i].Find("sequence")->as_int(), static_cast<std::int64_t>(i));
+    const std::string status = ms[i].Find("status")->as_string();
+    if (status == "ok") {
+      EXPECT_TRUE(ms[i].Find("time_ms")->is_number());
+    } else {
+      EXPECT_EQ(status, "runtime_fault");
+      EXPECT_TRUE(ms[i].Find("time_ms")->is_null());
+      ++failed;
+    }
+  }
+  EXPECT_EQ(failed, 370);  // as recorded
+  const RunResult text = Run({"show", id, "--db", Db()});
+  EXPECT_EQ(text.code, 0);
+  EXPECT_THAT(text.out, HasSubstr("runtime_fault"));
+}
+
+TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  const std::vector<std::string> args = {
+      "tune", "--local",     "--device", cache,  "--strategy", "random", "--seed",
+      "4",    "--max-evals", "600",      "--db", Db(),         "--json"};
+  // Recorded costs are about a second per candidate; 2000x faster makes the
+  // run last about half a second, long enough to kill it part-way.
+  std::vector<std::string> slow = args;
+  slow.insert(slow.end() - 1, {"--sim-speed", "2000"});
+  const pid_t pid = Start(slow);
+  std::int64_t seen = 0;
+  for (int i = 0; i < 4000 && seen < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    if (!s.ok()) continue;
+    absl::StatusOr<std::vector<JobRecord>> jobs = s->ListJobs();
+    if (jobs.ok() && !jobs->empty()) seen = (*jobs)[0].evaluations;
+  }
+  kill(pid, SIGKILL);
+  const RunResult killed = Finish(pid);
+  ASSERT_EQ(killed.code, 128 + SIGKILL);
+  ASSERT_GE(seen, 50);
+
+  std::int64_t stored_before = 0;
+  {
+    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(s->CheckIntegrity().ok());
+    stored_before = (*s->ListJobs())[0].evaluations;
+    ASSERT_LT(stored_before, 600);
+  }
+  const RunResult resumed = Run(args);
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err,
+              HasSubstr("(" + std::to_string(stored_before) + " from the store, resumed)"));
+  const Json j = *ParseJson(resumed.out);
+  EXPECT_EQ(j.Find("evaluations")->as_int(), 600);
+
+  // Same keys, same order as a run never interrupted; no key twice.
+  const Json ref = RunJson({"tune", "--local", "--device", cache, "--strategy", "random", "--seed",
+                            "4", "--max-evals", "600", "--db", Db("ref.db"), "--json"});
+  auto keys = [&](const std::string& db, const std::string& id) {
+    std::vector<std::string> out;
+    const Json show = RunJson({"show", id, "--db", db, "--json"});
+    for (const Json& m : show.Find("measurements")->as_array()) {
+      out.push_back(m.Find("key")->as_string());
+    }
+    return out;
+  };
+  const std::vector<std::string> got = keys(Db(), j.Find("job_id")->as_string());
+  EXPECT_EQ(got.size(), 600u);
+  EXPECT_EQ(std::set<std::string>(got.begin(), got.end()).size(), 600u);
+  EXPECT_EQ(got, keys(Db("ref.db"), ref.Find("job_id")->as_string()));
+  EXPECT_EQ(j.Find("best")->Dump(), ref.Find("best")->Dump());
+  absl::StatusOr<Store> s = Store::Open(Db(), false);
+  EXPECT_TRUE(s->CheckIntegrity().ok());
+}
+
+TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
+  const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  // A store with one job in it.
+  ASSERT_EQ(Run({"tune", "--local", "--device", cache, "--max-evals", "5", "--db", Db()}).code, 0);
+  const std::string db_before = Slurp(Db());
+  ASSERT_FALSE(db_before.empty());
+
+  auto spec = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string params =
+      R"([{"name": "between_method", "ints": [0, 1, 2, 3]}, {"name": "block_size_x", "ints": [32, 64]},
+          {"name": "tile_size", "ints": [1, 2]}, {"name": "use_method", "ints": [0, 1, 2]}])";
+  auto job = [&](const std::string& body) {
+    return R"({"kernel": {"name": "cn_pnpoly"}, "parameters": )" + body + "}";
+  };
+  const std::string corrupt_gz = dir_ + "/corrupt.json.gz";
+  {
+    std::string bytes = Slurp(kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz").substr(0, 5000);
+    for (std::size_t i = 100; i < 200; ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x33);
+    std::ofstream(corrupt_gz, std::ios::binary) << bytes;
+  }
+  const std::string not_a_cache = spec("notcache.json", R"({"hello": "world"})");
+  const std::string foreign_db = dir_ + "/foreign.db";
+  {
+    absl::StatusOr<sqlite::Db> f = sqlite::Db::Open(foreign_db, true);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->Exec("CREATE TABLE x (y); INSERT INTO x VALUES (1);").ok());
+  }
+  const std::string foreign_before = Slurp(foreign_db);
+
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } cases[] = {
+      {{spec("a.json", "this is not json")}, "not valid JSON: line 1, column 1"},
+      {{spec("b.json", R"({"kernel": {"name": "k"}, "paramters": []})")},
+       "paramters: Cannot find field"},
+      {{spec("c.json", R"({"kernel": {"name": "k"}, "parameters": [{"name": 5}]})")},
+       "parameters[0].name"},
+      {{spec("d.json",
+             job(params).insert(job(params).size() - 1, R"(, "constraints": ["block_size_x <"])"))},
+       "constraints[0]: unexpected end of expression at column 15"},
+      {{spec("e.json", job(params).insert(job(params).size() - 1,
+                                          R"(, "constraints": ["blok_size_x < 64"])"))},
+       "constraints[0]: unknown name 'blok_size_x' at column 1"},
+      {{spec("f.json", job(R"([{"name": "between_method"}])"))},
+       "parameters[0] (between_method): empty value list"},
+      {{spec("g.json", job(R"([{"name": "a", "ints": [1]}, {"name": "a", "ints": [1]}])"))},
+       "parameters[1].name: duplicate parameter 'a'"},
+      {{spec("h.json", job(R"([{"name": "zz", "ints": [1]}])"))},
+       "in the job but not recorded: zz"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args = {"tune"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    args.insert(args.end(), {"--local", "--device", cache, "--db", Db()});
+    const RunResult r = Run(args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } flag_cases[] = {
+      {{"tune", "--local", "--device", "sim:/nonexistent/x.json.gz"}, "x.json.gz: no such file"},
+      {{"tune", "--local", "--device", "sim:" + corrupt_gz}, "corrupt.json.gz"},
+      {{"tune", "--local", "--device", "sim:" + not_a_cache}, "neither a Kernel Tuner cache"},
+      {{"tune", "--local", "--device", cache, "--max-evals", "ten"},
+       "--max-evals: 'ten' is not an integer"},
+      {{"tune", "--local", "--device", cache, "--max-evals", "-3"},
+       "--max-evals: -3 is out of range"},
+      {{"tune", "--local", "--device", cache, "--seed", "-1"},
+       "--seed: '-1' is not a non-negative"},
+      {{"tune", "--local", "--device", cache, "--max-seconds", "soon"}, "--max-seconds: 'soon'"},
+      {{"tune", "--local", "--device", cache, "--strategy", "genius"},
+       "--strategy: unknown strategy 'genius'"},
+      {{"tune", "--local", "--device", cache, "--frobnicate"}, "unknown flag --frobnicate"},
+      {{"tune", "--local", "--device", cache, "--seed"}, "--seed needs a value"},
+      {{"tune", "--local"}, "no device"},
+      {{"tune", "--device", cache}, "give --local"},
+      {{"tune", "--local", "--device", "cuda:0"}, "--device cuda:0"},
+      {{"tune", "--local", "--device", cache, "a.json", "b.json"}, "unexpected argument 'b.json'"},
+      {{"best"}, "--kernel NAME is required"},
+      {{"best", "--kernel", "k", "--problem", "N"}, "--problem: 'N' is not name=value"},
+      {{"show"}, "give a JOB id"},
+      {{"show", "nosuchjob"}, "JOB: no job nosuchjob"},
+      {{"frobnicate"}, "unknown command 'frobnicate'"},
+  };
+  for (const auto& c : flag_cases) {
+    std::vector<std::string> args = c.args;
+    if (args[0] != "frobnicate") args.insert(args.end(), {"--db", Db()});
+    const RunResult r = Run(args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  // A database file that is not ktune's is refused and left alone.
+  const RunResult foreign = Run({"tune", "--local", "--device", cache, "--db", foreign_db});
+  EXPECT_EQ(foreign.code, 2);
+  EXPECT_THAT(foreign.err, HasSubstr("not a ktune database"));
+  EXPECT_EQ(Slurp(foreign_db), foreign_before);
+  const RunResult missing = Run({"jobs", "--db", dir_ + "/none.db"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(access((dir_ + "/none.db").c_str(), F_OK), 0);
+
+  EXPECT_EQ(Slurp(Db()), db_before);
+  absl::StatusOr<Store> s = Store::Open(Db(), false);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->ListJobs()->size(), 1u);
+}
+
+TEST_F(CliTest, HelpEverywhere) {
+  for (const char* cmd : {"tune", "best", "jobs", "show"}) {
+    const RunResult r = Run({cmd, "--help"});
+    EXPECT_EQ(r.code, 0) << cmd;
+    EXPECT_THAT(r.out, HasSubstr("Usage: ktune " + std::string(cmd))) << cmd;
+  }
+  const RunResult top = Run({"--help"});
+  EXPECT_EQ(top.code, 0);
+  EXPECT_THAT(top.out, HasSubstr("Commands:"));
+  EXPECT_EQ(Run({"version"}).code, 0);
+}
+
+TEST_F(CliTest, JobSpecOverARecording) {
+  // A spec naming the recording's parameters, constrained: only the
+  // configurations passing the constraint are tried.
+  const std::string path = dir_ + "/pnpoly.json";
+  std::ofstream(path) << R"({
+    "kernel": {"name": "cn_pnpoly"},
+    "parameters": [
+      {"name": "between_method", "ints": [0, 1, 2, 3]},
+      {"name": "block_size_x", "range": {"start": 32, "stop": 992, "step": 32}},
+      {"name": "tile_size", "ints": [1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]},
+      {"name": "use_method", "ints": [0, 1, 2]}
+    ],
+    "constraints": ["block_size_x <= 256"],
+    "device": {"devices": ["sim:)" +
+                             kRecorded + R"(pnpoly_kttvalues_RTX_2080_Ti.json.gz"]},
+    "strategy": {"name": "brute_force"}
+  })";
+  const Json j = RunJson({"tune", path, "--local", "--db", Db(), "--json"});
+  EXPECT_EQ(j.Find("evaluations")->as_int(), 4 * 8 * 11 * 3);
+  EXPECT_EQ(j.Find("best")->Find("key")->as_string(), "0,128,20,2");
+}
+
+}  // namespace
+}  // namespace ktune

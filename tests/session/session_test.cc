@@ -1,0 +1,220 @@
+#include "tuner/session/session.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "strategies/registry.h"
+#include "tests/testing/temp_dir.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A device double: time = a function of the configuration; some
+// configurations fail; every evaluation is counted by key.
+class FakeDevice final : public Device {
+ public:
+  FakeDevice() {
+    info_.id = "fake:0";
+    info_.name = "Fake GPU";
+    info_.uuid = "fake-uuid-1";
+    info_.simulated = true;
+  }
+  const DeviceInfo& info() const override { return info_; }
+  bool replays_recorded_time() const override { return true; }
+  absl::Status Bind(const Space& space) override {
+    space_ = &space;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Measurement> Evaluate(const Config& config) override {
+    const std::string key = space_->Key(config);
+    ++calls[key];
+    if (fail_device_after >= 0 && total_calls_++ >= fail_device_after) {
+      return absl::UnavailableError("device fell off the bus");
+    }
+    Measurement m;
+    const auto a = std::get<std::int64_t>(space_->ValueOf(config, 0));
+    const auto b = std::get<std::int64_t>(space_->ValueOf(config, 1));
+    if ((a + b) % 7 == 0) {
+      m.status = CandidateStatus::kRuntimeFault;
+      m.message = "illegal address";
+    } else {
+      m.time = Millis(1.0 + static_cast<double>((a - 5) * (a - 5) + (b - 3) * (b - 3)));
+      m.stats = ComputeStats({m.time.count()});
+    }
+    m.cost = Millis(100);
+    return m;
+  }
+
+  std::map<std::string, int> calls;
+  int fail_device_after = -1;
+
+ private:
+  DeviceInfo info_;
+  const Space* space_ = nullptr;
+  int total_calls_ = 0;
+};
+
+Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
+  Parameter p;
+  p.name = name;
+  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
+  return p;
+}
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override { store_ = std::make_unique<Store>(*Store::Open(tmp_.File("s.db"), true)); }
+
+  static Job MakeJob(const std::string& strategy, std::uint64_t seed, std::int64_t max_evals,
+                     double max_seconds = 0) {
+    Job job;
+    job.kernel_name = "fake";
+    job.source_hash = "h";
+    job.space = std::make_shared<const Space>(
+        *Space::Product({Range("a", 0, 9), Range("b", 0, 9)}, {"a + b <= 15"}));
+    job.strategy = strategy;
+    job.seed = seed;
+    job.max_evaluations = max_evals;
+    job.max_time = Millis(max_seconds * 1e3);
+    job.spec.mutable_kernel()->set_name("fake");
+    job.spec.mutable_strategy()->set_name(strategy);
+    job.spec.mutable_strategy()->set_seed(seed);
+    job.spec.mutable_strategy()->set_max_evaluations(max_evals);
+    return job;
+  }
+
+  // Runs `job` to its end (or until `stop_after` evaluations) and returns
+  // the keys evaluated, in order.
+  absl::StatusOr<SessionResult> RunJob(const Job& job, FakeDevice& device, int stop_after = -1) {
+    StrategyOptions options;
+    options.seed = job.seed;
+    options.max_evaluations = job.max_evaluations;
+    auto strategy = MakeStrategy(job.strategy, *job.space, options);
+    EXPECT_TRUE(strategy.ok());
+    Session session(job, device, *store_, **strategy, job.strategy);
+    std::atomic<bool> stop{false};
+    SessionOptions so;
+    so.stop = &stop;
+    so.on_progress = [&](const Progress& p) {
+      if (stop_after >= 0 && p.evaluations >= stop_after) stop = true;
+    };
+    return session.Run(so);
+  }
+
+  std::vector<std::string> StoredKeys(const std::string& job_id) {
+    std::vector<std::string> keys;
+    absl::StatusOr<std::vector<StoredMeasurement>> ms = store_->LoadMeasurements(job_id);
+    EXPECT_TRUE(ms.ok());
+    if (!ms.ok()) return keys;
+    for (const StoredMeasurement& m : *ms) keys.push_back(m.key);
+    return keys;
+  }
+
+  testing::TempDir tmp_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(SessionTest, BruteForceFindsTheOptimumAndStoresEverything) {
+  FakeDevice device;
+  const Job job = MakeJob("brute_force", 0, 0);
+  absl::StatusOr<SessionResult> r = RunJob(job, device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const int valid = static_cast<int>(job.space->Count().count);
+  EXPECT_EQ(r->progress.evaluations, valid);
+  EXPECT_EQ(r->end_reason, "search space exhausted");
+  EXPECT_EQ(r->job.state, JobState::kSucceeded);
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_EQ(r->best->key, "5,3");
+  EXPECT_DOUBLE_EQ(r->best->measurement.time.count(), 1.0);
+  EXPECT_GT(r->progress.status_counts[static_cast<int>(CandidateStatus::kRuntimeFault)], 0);
+  EXPECT_EQ(static_cast<int>(StoredKeys(r->job.id).size()), valid);
+  auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ((*best)[0].key, "5,3");
+}
+
+TEST_F(SessionTest, SameSeedSameRunOtherSeedDiffers) {
+  FakeDevice d1, d2, d3;
+  absl::StatusOr<SessionResult> a = RunJob(MakeJob("random", 11, 20), d1);
+  ASSERT_TRUE(a.ok());
+  const std::vector<std::string> first = StoredKeys(a->job.id);
+  // Same job again: nothing is measured again, the result is identical.
+  absl::StatusOr<SessionResult> again = RunJob(MakeJob("random", 11, 20), d2);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->resumed);
+  EXPECT_TRUE(d2.calls.empty());
+  EXPECT_EQ(again->progress.replayed, 20);
+  EXPECT_EQ(again->best->key, a->best->key);
+  absl::StatusOr<SessionResult> other = RunJob(MakeJob("random", 12, 20), d3);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->job.id, a->job.id);
+  EXPECT_NE(StoredKeys(other->job.id), first);
+  EXPECT_EQ(first.size(), 20u);
+}
+
+TEST_F(SessionTest, InterruptedRunResumesWithoutMeasuringTwice) {
+  // The reference: one uninterrupted run.
+  FakeDevice ref_device;
+  Job ref_job = MakeJob("random", 5, 40);
+  ref_job.kernel_name = "reference";  // a separate job id
+  ref_job.spec.mutable_kernel()->set_name("reference");
+  absl::StatusOr<SessionResult> ref = RunJob(ref_job, ref_device);
+  ASSERT_TRUE(ref.ok());
+
+  FakeDevice device;
+  const Job job = MakeJob("random", 5, 40);
+  absl::StatusOr<SessionResult> first = RunJob(job, device, 13);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->end_reason, "interrupted");
+  EXPECT_EQ(first->job.state, JobState::kInterrupted);
+  EXPECT_EQ(first->progress.evaluations, 13);
+  absl::StatusOr<SessionResult> second = RunJob(job, device);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->resumed);
+  EXPECT_EQ(second->progress.evaluations, 40);
+  EXPECT_EQ(second->progress.replayed, 13);
+  EXPECT_EQ(second->job.state, JobState::kSucceeded);
+  EXPECT_EQ(second->job.evaluations, 40);
+  for (const auto& [key, n] : device.calls) EXPECT_EQ(n, 1) << key;
+  EXPECT_EQ(device.calls.size(), 40u);
+  EXPECT_EQ(StoredKeys(second->job.id), StoredKeys(ref->job.id));
+  EXPECT_EQ(second->best->key, ref->best->key);
+}
+
+TEST_F(SessionTest, TimeBudgetChargesRecordedCost) {
+  FakeDevice device;
+  // Each candidate costs 100 ms of recorded time: 1.05 s allows 11.
+  absl::StatusOr<SessionResult> r = RunJob(MakeJob("random", 1, 0, 1.05), device);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->end_reason, "time budget spent");
+  EXPECT_EQ(r->progress.evaluations, 11);
+  EXPECT_NEAR(r->progress.elapsed.count(), 1100, 1e-9);
+}
+
+TEST_F(SessionTest, DeviceFailureFailsTheJobButKeepsWhatWasMeasured) {
+  FakeDevice device;
+  device.fail_device_after = 5;
+  const Job job = MakeJob("brute_force", 0, 0);
+  absl::StatusOr<SessionResult> r = RunJob(job, device);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("fell off the bus"));
+  const std::string id = ComputeJobId(job, device.info());
+  absl::StatusOr<JobRecord> stored = store_->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state, JobState::kFailed);
+  EXPECT_THAT(stored->message, HasSubstr("fell off the bus"));
+  EXPECT_EQ(StoredKeys(id).size(), 5u);
+  EXPECT_TRUE(store_->CheckIntegrity().ok());
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,281 @@
+#include "tuner/store/store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/testing/temp_dir.h"
+#include "tuner/store/sqlite.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+static_assert(std::is_nothrow_move_constructible_v<Store>);
+static_assert(!std::is_copy_constructible_v<Store>);
+static_assert(std::is_nothrow_move_constructible_v<sqlite::Db>);
+static_assert(!std::is_copy_constructible_v<sqlite::Db>);
+static_assert(std::is_nothrow_move_constructible_v<sqlite::Statement>);
+static_assert(!std::is_copy_constructible_v<sqlite::Statement>);
+static_assert(!std::is_copy_constructible_v<sqlite::Transaction>);
+
+class StoreTest : public ::testing::Test {
+ protected:
+  static JobRecord MakeJob(const std::string& id, const std::string& device_uuid = "GPU-1") {
+    JobRecord j;
+    j.id = id;
+    j.kernel_name = "saxpy";
+    j.source_hash = "abc123";
+    j.parameters = {"block_size_x", "tile"};
+    j.device.id = "cuda:0";
+    j.device.name = "Test GPU";
+    j.device.uuid = device_uuid;
+    j.device.architecture = "sm_90";
+    j.problem = {{"N", 1 << 20}};
+    j.spec = std::string("\x01\x00\x02", 3);
+    j.spec_json = "{}";
+    j.strategy = "random";
+    j.seed = 18446744073709551615ULL;
+    return j;
+  }
+
+  static StoredMeasurement Ok(std::int64_t seq, const std::string& key, double ms) {
+    StoredMeasurement m;
+    m.sequence = seq;
+    m.key = key;
+    m.config_json = "{\"k\":\"" + key + "\"}";
+    m.measurement.status = CandidateStatus::kOk;
+    m.measurement.time = Millis(ms);
+    m.measurement.stats = ComputeStats({ms * 0.9, ms, ms * 1.1});
+    m.measurement.compile_time = Millis(12.5);
+    m.measurement.cost = Millis(40);
+    m.objective = ms;
+    m.loss = ms;
+    return m;
+  }
+
+  testing::TempDir tmp_;
+  const std::string& dir_ = tmp_.path();
+  const std::string path_ = tmp_.File("t.db");
+};
+
+TEST_F(StoreTest, CreatesAVersionedWalDatabase) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->schema_version(), SchemaMigrations().back().version);
+  EXPECT_TRUE(s->CheckIntegrity().ok());
+  absl::StatusOr<sqlite::Db> raw = sqlite::Db::Open(path_, false);
+  ASSERT_TRUE(raw.ok());
+  absl::StatusOr<sqlite::Statement> q = raw->Prepare("PRAGMA journal_mode");
+  ASSERT_TRUE(q.ok());
+  ASSERT_TRUE(*q->Step());
+  EXPECT_EQ(q->Text(0), "wal");
+}
+
+TEST_F(StoreTest, MissingDatabaseIsNotCreatedWhenReading) {
+  absl::StatusOr<Store> s = Store::Open(path_, false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(access(path_.c_str(), F_OK), 0);
+}
+
+TEST_F(StoreTest, JobsStartOnceAndResume) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s.ok());
+  bool resumed = true;
+  absl::StatusOr<JobRecord> j = s->StartJob(MakeJob("aaaa1111"), &resumed);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_FALSE(resumed);
+  EXPECT_EQ(j->state, JobState::kRunning);
+  EXPECT_EQ(j->seed, 18446744073709551615ULL);
+  EXPECT_EQ(j->spec, std::string("\x01\x00\x02", 3));
+  EXPECT_EQ(j->parameters, (std::vector<std::string>{"block_size_x", "tile"}));
+  EXPECT_EQ(j->problem.at("N"), 1 << 20);
+  EXPECT_EQ(j->device.architecture, "sm_90");
+  ASSERT_TRUE(s->SetJobState("aaaa1111", JobState::kInterrupted, "stopped").ok());
+  j = s->StartJob(MakeJob("aaaa1111"), &resumed);
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(j->state, JobState::kRunning);
+  EXPECT_EQ(s->SetJobState("nope", JobState::kFailed, "").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, MeasurementsRoundTripInOrder) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s->StartJob(MakeJob("job1"), nullptr).ok());
+  ASSERT_TRUE(s->AddMeasurement("job1", Ok(0, "128,1", 2.5)).ok());
+  StoredMeasurement failed;
+  failed.sequence = 1;
+  failed.key = "256,4";
+  failed.config_json = "{}";
+  failed.measurement.status = CandidateStatus::kCompileError;
+  failed.measurement.message = "error: too many resources\nline 2";
+  failed.measurement.cost = Millis(100);
+  ASSERT_TRUE(s->AddMeasurement("job1", failed).ok());
+  ASSERT_TRUE(s->AddMeasurement("job1", Ok(2, "64,2", 1.25)).ok());
+
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = s->LoadMeasurements("job1");
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  ASSERT_EQ(ms->size(), 3u);
+  EXPECT_EQ((*ms)[0].key, "128,1");
+  EXPECT_EQ((*ms)[1].measurement.status, CandidateStatus::kCompileError);
+  EXPECT_TRUE(std::isnan((*ms)[1].measurement.time.count()));
+  EXPECT_EQ((*ms)[1].measurement.message, "error: too many resources\nline 2");
+  EXPECT_FALSE((*ms)[1].loss.has_value());
+  EXPECT_DOUBLE_EQ((*ms)[2].measurement.time.count(), 1.25);
+  EXPECT_EQ((*ms)[2].measurement.stats.samples, 3);
+  EXPECT_DOUBLE_EQ((*ms)[2].measurement.stats.median.count(), 1.25);
+  EXPECT_DOUBLE_EQ((*ms)[2].measurement.compile_time.count(), 12.5);
+  EXPECT_DOUBLE_EQ((*ms)[0].measurement.cost.count(), 40);
+  EXPECT_EQ(s->GetJob("job1")->evaluations, 3);
+
+  // A configuration is measured once per job.
+  absl::Status dup = s->AddMeasurement("job1", Ok(3, "64,2", 0.5));
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(s->GetJob("job1")->evaluations, 3);
+  EXPECT_EQ(s->LoadMeasurements("job1")->size(), 3u);
+}
+
+TEST_F(StoreTest, BestKeepsTheLowestLossAcrossJobs) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s->StartJob(MakeJob("jobA"), nullptr).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("jobB"), nullptr).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("jobC", "GPU-2"), nullptr).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobA", Ok(0, "a", 3.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobA", Ok(1, "b", 2.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobB", Ok(0, "c", 2.5)).ok());  // worse: ignored
+  ASSERT_TRUE(s->AddMeasurement("jobC", Ok(0, "d", 9.0)).ok());  // other device
+  absl::StatusOr<std::vector<BestRecord>> all =
+      s->FindBest("saxpy", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  absl::StatusOr<std::vector<BestRecord>> one =
+      s->FindBest("saxpy", std::string("GPU-1"), Problem{{"N", 1 << 20}}, std::string("time"));
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].key, "b");
+  EXPECT_EQ((*one)[0].job_id, "jobA");
+  EXPECT_DOUBLE_EQ((*one)[0].time_ms, 2.0);
+  ASSERT_TRUE(s->AddMeasurement("jobB", Ok(1, "e", 1.0)).ok());  // better: replaces
+  one = s->FindBest("saxpy", std::string("Test GPU"), Problem{{"N", 1 << 20}}, std::nullopt);
+  ASSERT_EQ(one->size(), 2u);  // both devices share the name
+  EXPECT_TRUE(s->FindBest("saxpy", std::nullopt, Problem{{"N", 5}}, std::nullopt)->empty());
+  EXPECT_TRUE(s->FindBest("other", std::nullopt, std::nullopt, std::nullopt)->empty());
+}
+
+TEST_F(StoreTest, JobIdPrefixes) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s->StartJob(MakeJob("abc123"), nullptr).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("abd456"), nullptr).ok());
+  EXPECT_EQ(s->GetJob("abc")->id, "abc123");
+  EXPECT_EQ(s->GetJob("ab").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s->GetJob("zz").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->GetJob("%").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s->ListJobs()->size(), 2u);
+}
+
+TEST_F(StoreTest, TransactionRollsBackUnlessCommitted) {
+  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path_, true);
+  ASSERT_TRUE(db.ok());
+  ASSERT_TRUE(db->Exec("CREATE TABLE t (x INTEGER)").ok());
+  {
+    absl::StatusOr<sqlite::Transaction> tx = sqlite::Transaction::Begin(*db);
+    ASSERT_TRUE(tx.ok());
+    ASSERT_TRUE(db->Exec("INSERT INTO t VALUES (1)").ok());
+  }  // destroyed without Commit
+  {
+    absl::StatusOr<sqlite::Transaction> tx = sqlite::Transaction::Begin(*db);
+    ASSERT_TRUE(db->Exec("INSERT INTO t VALUES (2)").ok());
+    ASSERT_TRUE(tx->Commit().ok());
+    EXPECT_FALSE(tx->Commit().ok());
+  }
+  absl::StatusOr<sqlite::Statement> q = db->Prepare("SELECT group_concat(x) FROM t");
+  ASSERT_TRUE(*q->Step());
+  EXPECT_EQ(q->Text(0), "2");
+}
+
+TEST_F(StoreTest, MigratesForwardAndKeepsData) {
+  const Migration v1[] = {{1, "CREATE TABLE notes (text TEXT NOT NULL);"}};
+  const Migration v2[] = {{1, "CREATE TABLE notes (text TEXT NOT NULL);"},
+                          {2, "ALTER TABLE notes ADD COLUMN author TEXT NOT NULL DEFAULT 'anon';"}};
+  int version = 0;
+  {
+    absl::StatusOr<sqlite::Db> s = OpenMigrated(path_, true, v1, &version);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(version, 1);
+  }
+  {
+    absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path_, false);
+    ASSERT_TRUE(db->Exec("INSERT INTO notes (text) VALUES ('kept')").ok());
+  }
+  {
+    absl::StatusOr<sqlite::Db> s = OpenMigrated(path_, false, v2, &version);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(version, 2);
+  }
+  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path_, false);
+  absl::StatusOr<sqlite::Statement> q = db->Prepare("SELECT text, author FROM notes");
+  ASSERT_TRUE(*q->Step());
+  EXPECT_EQ(q->Text(0), "kept");
+  EXPECT_EQ(q->Text(1), "anon");
+
+  // An older ktune refuses the newer schema and leaves it alone.
+  absl::StatusOr<sqlite::Db> old = OpenMigrated(path_, false, v1, nullptr);
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(old.status().message()), HasSubstr("schema version 2 is newer"));
+}
+
+TEST_F(StoreTest, AFailedMigrationChangesNothing) {
+  const Migration broken[] = {{1, "CREATE TABLE a (x INTEGER); THIS IS NOT SQL;"}};
+  absl::StatusOr<sqlite::Db> s = OpenMigrated(path_, true, broken, nullptr);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("migration to schema version 1"));
+  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path_, false);
+  absl::StatusOr<sqlite::Statement> q =
+      db->Prepare("SELECT count(*) FROM sqlite_schema WHERE name = 'a'");
+  ASSERT_TRUE(*q->Step());
+  EXPECT_EQ(q->Int(0), 0);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST_F(StoreTest, RefusesForeignFilesWithoutTouchingThem) {
+  {
+    absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path_, true);
+    ASSERT_TRUE(db->Exec("CREATE TABLE mine (x); INSERT INTO mine VALUES (7);").ok());
+  }
+  const std::string before = Slurp(path_);
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("not a ktune database"));
+  EXPECT_EQ(Slurp(path_), before);
+
+  const std::string text = dir_ + "/notes.txt";
+  std::ofstream(text) << "these are my notes, not a database\n";
+  const std::string text_before = Slurp(text);
+  absl::StatusOr<Store> t = Store::Open(text, true);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("not a SQLite database"));
+  EXPECT_EQ(Slurp(text), text_before);
+}
+
+TEST(ProblemTest, CanonicalJsonSortsNames) {
+  EXPECT_EQ(ProblemToJson({{"N", 3}, {"M", 2}}), R"({"M":2,"N":3})");
+  EXPECT_EQ(ProblemToJson({}), "{}");
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,113 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "strategies/brute_force.h"
+#include "strategies/random_search.h"
+#include "strategies/registry.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
+  Parameter p;
+  p.name = name;
+  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
+  return p;
+}
+
+Space SmallSpace() {
+  return *Space::Product({Range("a", 1, 8), Range("b", 1, 8)}, {"a * b <= 16"});
+}
+
+std::vector<std::string> Drain(Strategy& s, const Space& space, std::size_t batch) {
+  std::vector<std::string> keys;
+  while (true) {
+    std::vector<Config> got = s.Ask(batch);
+    EXPECT_LE(got.size(), batch);
+    if (got.empty()) break;
+    for (const Config& c : got) {
+      EXPECT_TRUE(space.IsValid(c));
+      keys.push_back(space.Key(c));
+      Outcome o;
+      o.loss = 1.0;
+      s.Tell(c, o);
+    }
+  }
+  return keys;
+}
+
+TEST(BruteForceTest, EveryValidConfigurationOnceInOrder) {
+  const Space space = SmallSpace();
+  std::vector<std::string> expected;
+  Space::Enumerator e = space.Enumerate();
+  Config c;
+  while (e.Next(&c)) expected.push_back(space.Key(c));
+  for (std::size_t batch : {1u, 3u, 7u, 1000u}) {
+    BruteForce s(space);
+    EXPECT_EQ(Drain(s, space, batch), expected) << batch;
+  }
+}
+
+TEST(RandomSearchTest, SameSeedSameSequenceOtherSeedDiffers) {
+  const Space space = SmallSpace();
+  RandomSearch a(space, 7), b(space, 7), c(space, 8);
+  const std::vector<std::string> ka = Drain(a, space, 5);
+  const std::vector<std::string> kb = Drain(b, space, 5);
+  const std::vector<std::string> kc = Drain(c, space, 5);
+  EXPECT_EQ(ka, kb);
+  EXPECT_NE(ka, kc);
+  // Without replacement, and the whole space in the end.
+  EXPECT_EQ(std::set<std::string>(ka.begin(), ka.end()).size(), ka.size());
+  EXPECT_EQ(ka.size(), static_cast<std::size_t>(space.Count().count));
+}
+
+TEST(RandomSearchTest, BatchSizeDoesNotChangeTheSequence) {
+  const Space space = SmallSpace();
+  RandomSearch a(space, 99), b(space, 99);
+  EXPECT_EQ(Drain(a, space, 1), Drain(b, space, 13));
+}
+
+TEST(RandomSearchTest, LargeSpacesAreSampledWithoutRepeats) {
+  // 4 million valid configurations: above the list limit.
+  const Space space = *Space::Product({Range("a", 0, 1999), Range("b", 0, 1999)}, {"a + b >= 0"});
+  ASSERT_GT(space.Count().count, RandomSearch::kListLimit);
+  RandomSearch s(space, 1), t(space, 1);
+  std::set<std::string> seen;
+  for (int i = 0; i < 20; ++i) {
+    const std::vector<Config> got = s.Ask(50);
+    const std::vector<Config> again = t.Ask(50);
+    ASSERT_EQ(got.size(), 50u);
+    ASSERT_EQ(got, again);
+    for (const Config& c : got) EXPECT_TRUE(seen.insert(space.Key(c)).second);
+  }
+}
+
+TEST(RegistryTest, KnownNamesAndHelpfulErrors) {
+  const Space space = SmallSpace();
+  EXPECT_EQ(StrategyNames(), (std::vector<std::string>{"auto", "brute_force", "random"}));
+  EXPECT_TRUE(MakeStrategy("random", space, {}).ok());
+  absl::StatusOr<std::unique_ptr<Strategy>> bad = MakeStrategy("genius", space, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              HasSubstr("unknown strategy 'genius'; known: auto, brute_force, random"));
+  StrategyOptions with_setting;
+  with_setting.settings["population"] = "10";
+  EXPECT_FALSE(MakeStrategy("random", space, with_setting).ok());
+}
+
+TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
+  const Space space = SmallSpace();
+  const auto n = static_cast<std::int64_t>(space.Count().count);
+  EXPECT_EQ(ResolveAutoStrategy(space, 0), "brute_force");
+  EXPECT_EQ(ResolveAutoStrategy(space, n), "brute_force");
+  EXPECT_EQ(ResolveAutoStrategy(space, n - 1), "random");
+}
+
+}  // namespace
+}  // namespace ktune

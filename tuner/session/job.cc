@@ -1,0 +1,425 @@
+#include "tuner/session/job.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cmath>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "tuner/base/file.h"
+#include "tuner/base/json.h"
+#include "tuner/base/sha256.h"
+#include "tuner/base/status_macros.h"
+#include "tuner/base/strings.h"
+
+namespace ktune {
+namespace {
+
+constexpr std::size_t kMaxSpecBytes = 16u << 20;
+constexpr std::int64_t kMaxRangeValues = 1'000'000;
+
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+
+std::string Where(std::size_t i, const std::string& name) {
+  return name.empty() ? StrCat("parameters[", i, "]") : StrCat("parameters[", i, "] (", name, ")");
+}
+
+absl::StatusOr<Parameter> ToParameter(const v1::Parameter& p, std::size_t i) {
+  Parameter out;
+  out.name = p.name();
+  const std::string where = Where(i, p.name());
+  const int kinds = (p.ints_size() > 0) + (p.floats_size() > 0) + (p.bools_size() > 0) +
+                    (p.strings_size() > 0) + p.has_range();
+  if (kinds == 0) {
+    return Invalid(StrCat(where,
+                          ": empty value list (give one of ints, "
+                          "floats, bools, strings or range)"));
+  }
+  if (kinds > 1) {
+    return Invalid(StrCat(where,
+                          ": give only one of ints, floats, bools, "
+                          "strings or range"));
+  }
+  if (p.ints_size() > 0) {
+    out.type = ValueType::kInt;
+    for (std::int64_t v : p.ints()) out.values.emplace_back(v);
+  } else if (p.floats_size() > 0) {
+    out.type = ValueType::kFloat;
+    for (double v : p.floats()) out.values.emplace_back(v);
+  } else if (p.bools_size() > 0) {
+    out.type = ValueType::kBool;
+    for (bool v : p.bools()) out.values.emplace_back(v);
+  } else if (p.strings_size() > 0) {
+    out.type = ValueType::kString;
+    for (const std::string& v : p.strings()) out.values.emplace_back(v);
+  } else {
+    const v1::IntRange& r = p.range();
+    const std::int64_t step = r.step() == 0 ? 1 : r.step();
+    if (step < 0) return Invalid(StrCat(where, ".range.step: must be positive"));
+    if (r.stop() < r.start()) {
+      return Invalid(
+          StrCat(where, ".range: stop (", r.stop(), ") is below start (", r.start(), ")"));
+    }
+    const auto span = static_cast<double>(r.stop()) - static_cast<double>(r.start());
+    if (span / static_cast<double>(step) >= static_cast<double>(kMaxRangeValues)) {
+      return Invalid(StrCat(where, ".range: more than ", kMaxRangeValues, " values"));
+    }
+    out.type = ValueType::kInt;
+    for (std::int64_t v = r.start(); v <= r.stop(); v += step) {
+      out.values.emplace_back(v);
+      if (r.stop() - v < step) break;  // no overflow past stop
+    }
+  }
+  return out;
+}
+
+// Checks that `text` compiles as a `want` expression; `field` names it.
+absl::Status CheckExpression(const std::string& field, const std::string& text,
+                             SymbolTable& symbols, ValueType want) {
+  if (StripSpace(text).empty()) return Invalid(StrCat(field, ": empty expression"));
+  absl::StatusOr<Expr> e = Expr::CompileAs(text, symbols, want);
+  if (!e.ok()) return Invalid(StrCat(field, ": ", e.status().message()));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateKernelAndLaunch(const v1::JobSpec& spec, const std::vector<Parameter>& params,
+                                     const Problem& problem) {
+  SymbolTable symbols;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(symbols.AddSlot(params[i].name, params[i].type, static_cast<int>(i)));
+  }
+  for (const auto& [name, v] : problem) {
+    KTUNE_RETURN_IF_ERROR(symbols.AddConstant(name, ValueType::kInt, IntScalar(v)));
+  }
+  const v1::Launch& launch = spec.launch();
+  if (launch.block_size() > 3) return Invalid("launch.block: at most 3 dimensions");
+  if (launch.grid_size() > 3) return Invalid("launch.grid: at most 3 dimensions");
+  for (int i = 0; i < launch.block_size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(CheckExpression(StrCat("launch.block[", i, "]"), launch.block(i), symbols,
+                                          ValueType::kInt));
+  }
+  for (int i = 0; i < launch.grid_size(); ++i) {
+    KTUNE_RETURN_IF_ERROR(
+        CheckExpression(StrCat("launch.grid[", i, "]"), launch.grid(i), symbols, ValueType::kInt));
+  }
+  if (!launch.shared_memory_bytes().empty()) {
+    KTUNE_RETURN_IF_ERROR(CheckExpression("launch.shared_memory_bytes",
+                                          launch.shared_memory_bytes(), symbols, ValueType::kInt));
+  }
+  std::set<std::string> arg_names;
+  for (int i = 0; i < spec.arguments_size(); ++i) {
+    const v1::Argument& a = spec.arguments(i);
+    const std::string where = StrCat("arguments[", i, "]");
+    if (!SymbolTable::IsIdentifier(a.name())) {
+      return Invalid(StrCat(where, ".name: '", a.name(), "' is not a valid name"));
+    }
+    if (!arg_names.insert(a.name()).second) {
+      return Invalid(StrCat(where, ".name: duplicate argument '", a.name(), "'"));
+    }
+    if (a.type() == v1::Argument::TYPE_UNSPECIFIED) {
+      return Invalid(StrCat(where, " (", a.name(), ").type: required"));
+    }
+    switch (a.kind_case()) {
+      case v1::Argument::kBuffer: {
+        const v1::Buffer& b = a.buffer();
+        KTUNE_RETURN_IF_ERROR(CheckExpression(StrCat(where, " (", a.name(), ").buffer.size"),
+                                              b.size(), symbols, ValueType::kInt));
+        if (b.init_case() == v1::Buffer::kUniform && !(b.uniform().low() < b.uniform().high())) {
+          return Invalid(StrCat(where, " (", a.name(), ").buffer.uniform: low must be below high"));
+        }
+        if (b.init_case() == v1::Buffer::kNormal && !(b.normal().high() > 0)) {
+          return Invalid(StrCat(where, " (", a.name(),
+                                ").buffer.normal: the deviation (high) must be positive"));
+        }
+        break;
+      }
+      case v1::Argument::kScalar:
+        KTUNE_RETURN_IF_ERROR(CheckExpression(StrCat(where, " (", a.name(), ").scalar"), a.scalar(),
+                                              symbols, ValueType::kFloat));
+        break;
+      default: return Invalid(StrCat(where, " (", a.name(), "): give buffer or scalar"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSettings(const v1::JobSpec& spec) {
+  const v1::StrategySpec& s = spec.strategy();
+  if (s.max_evaluations() < 0) return Invalid("strategy.max_evaluations: must not be negative");
+  if (s.max_time().seconds() < 0 || s.max_time().nanos() < 0) {
+    return Invalid("strategy.max_time: must not be negative");
+  }
+  if (s.batch_size() < 0 || s.batch_size() > 4096) {
+    return Invalid("strategy.batch_size: must be between 1 and 4096 (0 means 1)");
+  }
+  const v1::MeasurementSettings& m = spec.measurement();
+  if (m.min_samples() < 0) return Invalid("measurement.min_samples: must not be negative");
+  if (m.max_samples() < 0) return Invalid("measurement.max_samples: must not be negative");
+  if (m.max_samples() > 0 && m.max_samples() < m.min_samples()) {
+    return Invalid("measurement.max_samples: below min_samples");
+  }
+  if (!(m.target_relative_noise() >= 0 && m.target_relative_noise() < 1)) {
+    return Invalid("measurement.target_relative_noise: must be in [0, 1)");
+  }
+  if (!(m.racing_factor() == 0 || m.racing_factor() >= 1)) {
+    return Invalid("measurement.racing_factor: must be 0 (off) or at least 1");
+  }
+  if (m.final_contenders() < 0)
+    return Invalid("measurement.final_contenders: must not be negative");
+  const v1::Verification& v = spec.verification();
+  if (!(v.atol() >= 0)) return Invalid("verification.atol: must not be negative");
+  if (!(v.rtol() >= 0)) return Invalid("verification.rtol: must not be negative");
+  return absl::OkStatus();
+}
+
+Millis FromDuration(const google::protobuf::Duration& d) {
+  return Millis(static_cast<double>(d.seconds()) * 1e3 + static_cast<double>(d.nanos()) * 1e-6);
+}
+
+void ApplyStrategy(const v1::JobSpec& spec, Job& job) {
+  const v1::StrategySpec& s = spec.strategy();
+  job.strategy = s.name().empty() ? "auto" : s.name();
+  job.seed = s.seed();
+  job.max_evaluations = s.max_evaluations();
+  job.max_time = FromDuration(s.max_time());
+  job.batch_size = s.batch_size() == 0 ? 1 : s.batch_size();
+  job.strategy_settings.clear();
+  for (const auto& [k, v] : s.options()) job.strategy_settings[k] = v;
+}
+
+std::string JoinPath(const std::string& dir, const std::string& path) {
+  if (path.empty() || path[0] == '/' || dir.empty()) return path;
+  return StrCat(dir, "/", path);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(std::string_view text,
+                                             const std::string& source_name) {
+  if (text.size() > kMaxSpecBytes) {
+    return Invalid(StrCat(source_name, ": larger than ", kMaxSpecBytes, " bytes"));
+  }
+  // Our own parser first: it reports line and column for syntax errors.
+  absl::StatusOr<Json> doc = ParseJson(text);
+  if (!doc.ok()) {
+    return Invalid(StrCat(source_name, ": not valid JSON: ", doc.status().message()));
+  }
+  if (!doc->is_object()) {
+    return Invalid(
+        StrCat(source_name, ": a job file is a JSON object, not ", Json::TypeName(doc->type())));
+  }
+  v1::JobSpec spec;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(text.data(), text.size()), &spec, options);
+  if (!status.ok()) {
+    return Invalid(StrCat(source_name, ": ", std::string(status.message())));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileContents(path);
+  if (!text.ok()) return Invalid(std::string(text.status().message()));
+  return ParseJobSpecJson(*text, path);
+}
+
+std::string JobSpecToJson(const v1::JobSpec& spec) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(spec, &out, options);
+  return out;
+}
+
+absl::StatusOr<Objective> Objective::Create(const std::string& expression, bool maximize,
+                                            std::string name, const std::vector<Parameter>& params,
+                                            const Problem& problem) {
+  Objective o;
+  o.maximize_ = maximize;
+  const std::string_view text = StripSpace(expression);
+  if (text.empty() || text == "time_ms") {
+    if (maximize) {
+      return Invalid("objective.direction: maximising the kernel time makes no sense");
+    }
+    o.name_ = name.empty() ? "time_ms" : std::move(name);
+    return o;
+  }
+  SymbolTable symbols;
+  o.num_params_ = params.size();
+  o.param_scalars_.resize(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = params[i];
+    KTUNE_RETURN_IF_ERROR(symbols.AddSlot(p.name, p.type, static_cast<int>(i)));
+    for (const Value& v : p.values) o.param_scalars_[i].push_back(ToScalar(v, symbols));
+  }
+  for (const char* t : {"time_ms", "time_s"}) {
+    absl::Status s = symbols.AddSlot(
+        t, ValueType::kFloat, static_cast<int>(params.size()) + (std::string_view(t) == "time_s"));
+    if (!s.ok()) {
+      return Invalid(
+          StrCat("objective: a parameter is named ", t, ", which the objective reserves"));
+    }
+  }
+  for (const auto& [pname, v] : problem) {
+    KTUNE_RETURN_IF_ERROR(symbols.AddConstant(pname, ValueType::kInt, IntScalar(v)));
+  }
+  absl::StatusOr<Expr> e = Expr::CompileAs(std::string(text), symbols, ValueType::kFloat);
+  if (!e.ok()) return Invalid(StrCat("objective.expression: ", e.status().message()));
+  o.expr_ = std::make_shared<const Expr>(*std::move(e));
+  o.id_ = std::string(text);
+  o.name_ = name.empty() ? std::string(text) : std::move(name);
+  return o;
+}
+
+std::optional<double> Objective::Compute(const Config& config, double time_ms) const {
+  if (!expr_) return time_ms;
+  std::vector<Scalar> slots(num_params_ + 2);
+  for (std::size_t i = 0; i < num_params_; ++i) {
+    slots[i] = param_scalars_[i][config.index[i]];
+  }
+  slots[num_params_] = FloatScalar(time_ms);
+  slots[num_params_ + 1] = FloatScalar(time_ms / 1e3);
+  double v;
+  if (!expr_->EvaluateDouble(slots.data(), &v) || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+std::optional<double> Objective::Loss(const Config& config, double time_ms) const {
+  std::optional<double> v = Compute(config, time_ms);
+  if (v && maximize_) return -*v;
+  return v;
+}
+
+absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_dir) {
+  Job job;
+  job.spec = spec;
+  const v1::Kernel& k = spec.kernel();
+  if (k.name().empty()) return Invalid("kernel.name: required");
+  job.kernel_name = k.name();
+  if (k.source_case() == v1::Kernel::kCode) {
+    job.source = k.code();
+  } else if (k.source_case() == v1::Kernel::kFile) {
+    if (k.file().empty()) return Invalid("kernel.file: empty path");
+    absl::StatusOr<std::string> src = ReadFileContents(JoinPath(base_dir, k.file()));
+    if (!src.ok()) return Invalid(StrCat("kernel.file: ", src.status().message()));
+    job.source = *std::move(src);
+  }
+  job.source_hash = Sha256Hex(job.source);
+  if (k.parameter_passing() == v1::Kernel::TEMPLATE && k.name_expression().empty()) {
+    return Invalid("kernel.name_expression: required when parameter_passing is TEMPLATE");
+  }
+
+  std::vector<Parameter> params;
+  for (int i = 0; i < spec.parameters_size(); ++i) {
+    KTUNE_ASSIGN_OR_RETURN(Parameter p,
+                           ToParameter(spec.parameters(i), static_cast<std::size_t>(i)));
+    params.push_back(std::move(p));
+  }
+  std::vector<NamedConstant> constants;
+  for (const auto& [name, v] : spec.problem()) {
+    if (!SymbolTable::IsIdentifier(name)) {
+      return Invalid(StrCat("problem: '", name, "' is not a valid name"));
+    }
+    for (const Parameter& p : params) {
+      if (p.name == name) {
+        return Invalid(StrCat("problem.", name, ": the name is also a parameter"));
+      }
+    }
+    job.problem[name] = v;
+    constants.push_back(NamedConstant{name, v});
+  }
+  std::vector<std::string> constraints(spec.constraints().begin(), spec.constraints().end());
+  for (std::size_t i = 0; i < constraints.size(); ++i) {
+    if (StripSpace(constraints[i]).empty()) {
+      return Invalid(StrCat("constraints[", i, "]: empty expression"));
+    }
+  }
+  KTUNE_ASSIGN_OR_RETURN(Space space, Space::Product(params, constraints, constants));
+  KTUNE_RETURN_IF_ERROR(ValidateKernelAndLaunch(spec, params, job.problem));
+  KTUNE_RETURN_IF_ERROR(ValidateSettings(spec));
+  const v1::Objective& obj = spec.objective();
+  KTUNE_ASSIGN_OR_RETURN(
+      job.objective, Objective::Create(obj.expression(), obj.direction() == v1::Objective::MAXIMIZE,
+                                       obj.name(), params, job.problem));
+  if (spec.verification().reference_case() == v1::Verification::kReferenceConfig) {
+    absl::StatusOr<Config> ref = space.ParseKey(spec.verification().reference_config());
+    if (!ref.ok()) {
+      return Invalid(StrCat("verification.reference_config: ", ref.status().message()));
+    }
+    if (!space.IsValid(*ref)) {
+      return Invalid("verification.reference_config: the configuration violates the constraints");
+    }
+  }
+  job.space = std::make_shared<const Space>(std::move(space));
+  ApplyStrategy(spec, job);
+  return job;
+}
+
+absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::JobSpec& overrides) {
+  Job job;
+  v1::JobSpec& spec = job.spec;
+  *spec.mutable_strategy() = overrides.strategy();
+  *spec.mutable_measurement() = overrides.measurement();
+  *spec.mutable_device() = overrides.device();
+  spec.mutable_kernel()->set_name(recording.kernel_name());
+  for (const Parameter& p : recording.params()) {
+    v1::Parameter* out = spec.add_parameters();
+    out->set_name(p.name);
+    for (const Value& v : p.values) {
+      switch (v.index()) {
+        case 0: out->add_ints(std::get<std::int64_t>(v)); break;
+        case 1: out->add_floats(std::get<double>(v)); break;
+        case 2: out->add_bools(std::get<bool>(v)); break;
+        default: out->add_strings(std::get<std::string>(v)); break;
+      }
+    }
+  }
+  for (const auto& [name, v] : recording.problem()) (*spec.mutable_problem())[name] = v;
+  KTUNE_RETURN_IF_ERROR(ValidateSettings(spec));
+  job.kernel_name = recording.kernel_name();
+  job.source_hash = Sha256Hex("");
+  job.problem = recording.problem();
+  KTUNE_ASSIGN_OR_RETURN(Space space, recording.ToSpace());
+  job.space = std::make_shared<const Space>(std::move(space));
+  ApplyStrategy(spec, job);
+  return job;
+}
+
+std::string ComputeJobId(const Job& job, const DeviceInfo& device) {
+  // The source enters through its hash and the device through its
+  // identity, so a moved kernel file or a renamed recording keeps the id.
+  v1::JobSpec spec = job.spec;
+  spec.mutable_kernel()->clear_code();
+  spec.mutable_kernel()->clear_file();
+  spec.clear_device();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    spec.SerializeToCodedStream(&coded);
+  }
+  Sha256 h;
+  h.Update("ktune job v1");
+  h.Update(std::string_view("\0", 1));
+  h.Update(bytes);
+  h.Update(std::string_view("\0", 1));
+  h.Update(job.source_hash);
+  h.Update(std::string_view("\0", 1));
+  h.Update(device.uuid);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id;
+  for (std::uint8_t b : h.Finish()) {
+    id.push_back(kHex[b >> 4]);
+    id.push_back(kHex[b & 15]);
+    if (id.size() >= 16) break;
+  }
+  return id;
+}
+
+}  // namespace ktune

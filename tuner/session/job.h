@@ -1,0 +1,103 @@
+// Job specs: reading a job file, validating it, and resolving it into what
+// a session runs (space, objective, budgets, identity).
+#ifndef KTUNE_TUNER_SESSION_JOB_H_
+#define KTUNE_TUNER_SESSION_JOB_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/job.pb.h"
+#include "tuner/device/device.h"
+#include "tuner/device/recorded.h"
+#include "tuner/expr/expr.h"
+#include "tuner/space/space.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+
+// Parses a job file's text (the proto3 JSON form of ktune.v1.JobSpec).
+// INVALID_ARGUMENT, prefixed with `source_name`: JSON syntax errors give the
+// line and column; schema errors name the field path (unknown fields are
+// errors).
+absl::StatusOr<v1::JobSpec> ParseJobSpecJson(std::string_view text, const std::string& source_name);
+
+// Reads and parses a job file.
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// The spec as JSON (for people and for the store).
+std::string JobSpecToJson(const v1::JobSpec& spec);
+
+// The objective: what a measurement is ranked by.
+class Objective {
+ public:
+  // The default: minimise the kernel time in milliseconds.
+  Objective() = default;
+
+  // Compiles `expression` over the parameters of `params`, the problem
+  // dimensions and the measurement names time_ms and time_s.
+  static absl::StatusOr<Objective> Create(const std::string& expression, bool maximize,
+                                          std::string name, const std::vector<Parameter>& params,
+                                          const Problem& problem);
+
+  // The objective's value for `config` measured at `time_ms`, or nullopt if
+  // the expression fails to evaluate (e.g. divides by zero).
+  std::optional<double> Compute(const Config& config, double time_ms) const;
+  // The value to minimise: Compute, negated when maximising.
+  std::optional<double> Loss(const Config& config, double time_ms) const;
+
+  // "time" for the default, else the expression text: identifies what a
+  // stored best ranks.
+  const std::string& id() const { return id_; }
+  const std::string& name() const { return name_; }
+  bool maximize() const { return maximize_; }
+
+ private:
+  std::string id_ = "time";
+  std::string name_ = "time_ms";
+  bool maximize_ = false;
+  std::shared_ptr<const Expr> expr_;  // null for the default
+  std::vector<std::vector<Scalar>> param_scalars_;
+  std::size_t num_params_ = 0;
+};
+
+// A validated job, ready to run. Immutable once resolved.
+struct Job {
+  v1::JobSpec spec;
+  std::string kernel_name;
+  std::string source;       // kernel source text (empty if none was given)
+  std::string source_hash;  // hex SHA-256 of `source`
+  Problem problem;
+  std::shared_ptr<const Space> space;
+  Objective objective;
+  std::string strategy;  // as named (may be "auto")
+  std::uint64_t seed = 0;
+  std::int64_t max_evaluations = 0;  // 0: no limit
+  Millis max_time{0};                // 0: no limit
+  int batch_size = 1;
+  std::map<std::string, std::string> strategy_settings;
+};
+
+// Validates `spec` and resolves it. Relative paths (kernel.file,
+// include paths) are relative to `base_dir`. INVALID_ARGUMENT names the
+// field path and, for expressions, shows a caret under the fault.
+absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_dir);
+
+// A job over a recorded space: the recording's kernel, parameters and
+// problem, and its configurations as an explicit-list space. `overrides`
+// supplies strategy, budget and device settings.
+absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::JobSpec& overrides);
+
+// The job's identity: derived from the kernel (name and source), the whole
+// spec (strategy, seed and budget included), the device and the problem.
+// The same job run again has the same id and resumes.
+std::string ComputeJobId(const Job& job, const DeviceInfo& device);
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_SESSION_JOB_H_

@@ -1,0 +1,81 @@
+// One tuning job: strategy <-> device <-> store.
+#ifndef KTUNE_TUNER_SESSION_SESSION_H_
+#define KTUNE_TUNER_SESSION_SESSION_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tuner/device/device.h"
+#include "tuner/session/job.h"
+#include "tuner/space/config.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+
+// A snapshot of a running job, passed to the progress callback after each
+// evaluation.
+struct Progress {
+  std::int64_t evaluations = 0;           // distinct configurations evaluated
+  std::int64_t max_evaluations = 0;       // 0: no limit
+  std::int64_t replayed = 0;              // of which taken from the store
+  Millis elapsed{0};                      // charged against the time budget
+  Millis max_time{0};                     // 0: no limit
+  std::chrono::duration<double> wall{0};  // wall time of this run
+  std::optional<double> best_time_ms;
+  std::optional<double> best_objective;
+  std::string best_key;
+  std::array<std::int64_t, kNumCandidateStatuses> status_counts{};
+};
+
+struct SessionResult {
+  JobRecord job;         // as stored at the end
+  bool resumed = false;  // the job existed in the store
+  Progress progress;     // final counts
+  std::optional<StoredMeasurement> best;
+  std::string resolved_strategy;  // what "auto" became, or the name
+  // Why the run ended: "evaluation budget spent", "time budget spent",
+  // "search space exhausted", "interrupted".
+  std::string end_reason;
+};
+
+struct SessionOptions {
+  // Polled between candidates; when it becomes true the run stops and the
+  // job is left "interrupted", to resume when run again.
+  const std::atomic<bool>* stop = nullptr;
+  std::function<void(const Progress&)> on_progress;
+};
+
+// Runs one job. The job's identity decides whether it is new or resumes:
+// a resumed job replays its stored measurements into a fresh strategy with
+// the same seed (so the strategy takes the same path) and measures only
+// what was never measured. Each measurement is committed as it completes.
+// Not thread-safe; the references must outlive the session.
+class Session {
+ public:
+  Session(const Job& job, Device& device, Store& store, Strategy& strategy,
+          std::string resolved_strategy);
+
+  // Infrastructure failures (device or store) are errors; the job is then
+  // marked failed when the store still works. Candidate failures are data.
+  absl::StatusOr<SessionResult> Run(const SessionOptions& options = {});
+
+  const std::string& job_id() const { return job_id_; }
+
+ private:
+  const Job& job_;
+  Device& device_;
+  Store& store_;
+  Strategy& strategy_;
+  std::string resolved_strategy_;
+  std::string job_id_;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_SESSION_SESSION_H_

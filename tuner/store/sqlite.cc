@@ -1,0 +1,202 @@
+#include "tuner/store/sqlite.h"
+
+#include <cstdio>
+
+#include "tuner/base/strings.h"
+
+namespace ktune::sqlite {
+
+void DbCloser::operator()(sqlite3* db) const noexcept {
+  // Statements are finalised by their owners first; close_v2 defers the
+  // close if one is still alive instead of failing.
+  const int rc = sqlite3_close_v2(db);
+  if (rc != SQLITE_OK) {
+    std::fprintf(stderr, "ktune: sqlite3_close_v2 failed: %s\n", sqlite3_errstr(rc));
+  }
+}
+
+void StmtFinalizer::operator()(sqlite3_stmt* stmt) const noexcept {
+  // The return code repeats the last step's error, already reported.
+  sqlite3_finalize(stmt);
+}
+
+absl::Status Db::Error(std::string_view what, int rc) const {
+  const char* msg = db_ ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  std::string text = StrCat(what, " failed: ", sqlite3_errstr(rc), " (", msg, ", code ", rc, ")");
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return absl::UnavailableError(text);
+    case SQLITE_CONSTRAINT: return absl::AlreadyExistsError(text);
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT: return absl::DataLossError(text);
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM: return absl::PermissionDeniedError(text);
+    default: return absl::InternalError(text);
+  }
+}
+
+absl::StatusOr<Db> Db::Open(const std::string& path, bool create) {
+  sqlite3* raw = nullptr;
+  const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  Db db(raw);  // owns the handle even on failure
+  if (rc != SQLITE_OK) {
+    if (!create && (rc & 0xff) == SQLITE_CANTOPEN) {
+      return absl::NotFoundError(StrCat(path, ": no such database"));
+    }
+    return db.Error(StrCat("opening ", path), rc);
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  return db;
+}
+
+absl::Status Db::Exec(std::string_view sql) {
+  const std::string text(sql);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_.get(), text.c_str(), nullptr, nullptr, &err);
+  if (err != nullptr) sqlite3_free(err);
+  if (rc != SQLITE_OK) return Error(StrCat("executing `", sql, "`"), rc);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Statement> Db::Prepare(std::string_view sql) {
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
+                                    SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+  if (rc != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    return Error(StrCat("preparing `", sql, "`"), rc);
+  }
+  return Statement(stmt, db_.get());
+}
+
+Statement& Statement::Bind(int index, std::int64_t v) {
+  const int rc = sqlite3_bind_int64(stmt_.get(), index, v);
+  if (rc != SQLITE_OK && bind_error_ == SQLITE_OK) bind_error_ = rc;
+  return *this;
+}
+
+Statement& Statement::Bind(int index, double v) {
+  const int rc = sqlite3_bind_double(stmt_.get(), index, v);
+  if (rc != SQLITE_OK && bind_error_ == SQLITE_OK) bind_error_ = rc;
+  return *this;
+}
+
+Statement& Statement::Bind(int index, std::string_view v) {
+  const int rc =
+      sqlite3_bind_text64(stmt_.get(), index, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+  if (rc != SQLITE_OK && bind_error_ == SQLITE_OK) bind_error_ = rc;
+  return *this;
+}
+
+Statement& Statement::BindBlob(int index, std::string_view bytes) {
+  const int rc =
+      sqlite3_bind_blob64(stmt_.get(), index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
+  if (rc != SQLITE_OK && bind_error_ == SQLITE_OK) bind_error_ = rc;
+  return *this;
+}
+
+Statement& Statement::BindNull(int index) {
+  const int rc = sqlite3_bind_null(stmt_.get(), index);
+  if (rc != SQLITE_OK && bind_error_ == SQLITE_OK) bind_error_ = rc;
+  return *this;
+}
+
+Statement& Statement::Bind(int index, std::optional<double> v) {
+  return v ? Bind(index, *v) : BindNull(index);
+}
+
+absl::StatusOr<bool> Statement::Step() {
+  if (bind_error_ != SQLITE_OK) {
+    const int rc = bind_error_;
+    bind_error_ = SQLITE_OK;
+    return absl::InternalError(StrCat("binding a parameter of `", sqlite3_sql(stmt_.get()),
+                                      "` failed: ", sqlite3_errstr(rc)));
+  }
+  const int rc = sqlite3_step(stmt_.get());
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  const std::string sql = sqlite3_sql(stmt_.get());
+  std::string text =
+      StrCat("`", sql, "` failed: ", sqlite3_errstr(rc), " (", sqlite3_errmsg(db_), ")");
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return absl::UnavailableError(text);
+    case SQLITE_CONSTRAINT: return absl::AlreadyExistsError(text);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return absl::DataLossError(text);
+    default: return absl::InternalError(text);
+  }
+}
+
+absl::Status Statement::Run() {
+  while (true) {
+    absl::StatusOr<bool> row = Step();
+    if (!row.ok()) {
+      Reset();
+      return row.status();
+    }
+    if (!*row) break;
+  }
+  Reset();
+  return absl::OkStatus();
+}
+
+void Statement::Reset() {
+  sqlite3_reset(stmt_.get());
+  sqlite3_clear_bindings(stmt_.get());
+  bind_error_ = SQLITE_OK;
+}
+
+bool Statement::IsNull(int col) const {
+  return sqlite3_column_type(stmt_.get(), col) == SQLITE_NULL;
+}
+
+std::int64_t Statement::Int(int col) const { return sqlite3_column_int64(stmt_.get(), col); }
+
+double Statement::Double(int col) const { return sqlite3_column_double(stmt_.get(), col); }
+
+std::optional<double> Statement::OptionalDouble(int col) const {
+  if (IsNull(col)) return std::nullopt;
+  return Double(col);
+}
+
+std::string Statement::Text(int col) const {
+  const auto* p = sqlite3_column_text(stmt_.get(), col);
+  const int n = sqlite3_column_bytes(stmt_.get(), col);
+  if (p == nullptr) return std::string();
+  return std::string(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n));
+}
+
+std::string Statement::Blob(int col) const {
+  const void* p = sqlite3_column_blob(stmt_.get(), col);
+  const int n = sqlite3_column_bytes(stmt_.get(), col);
+  if (p == nullptr) return std::string();
+  return std::string(static_cast<const char*>(p), static_cast<std::size_t>(n));
+}
+
+absl::StatusOr<Transaction> Transaction::Begin(Db& db) {
+  if (absl::Status s = db.Exec("BEGIN IMMEDIATE"); !s.ok()) return s;
+  return Transaction(&db);
+}
+
+Transaction::Transaction(Transaction&& other) noexcept : db_(other.db_), open_(other.open_) {
+  other.open_ = false;
+}
+
+Transaction::~Transaction() {
+  if (!open_) return;
+  if (absl::Status s = db_->Exec("ROLLBACK"); !s.ok()) {
+    std::fprintf(stderr, "ktune: rollback failed: %s\n", std::string(s.message()).c_str());
+  }
+}
+
+absl::Status Transaction::Commit() {
+  if (!open_) return absl::FailedPreconditionError("transaction already ended");
+  absl::Status s = db_->Exec("COMMIT");
+  if (s.ok()) open_ = false;
+  return s;
+}
+
+}  // namespace ktune::sqlite

@@ -1,0 +1,637 @@
+#include "tuner/store/store.h"
+
+#include <time.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "tuner/base/json.h"
+#include "tuner/base/status_macros.h"
+#include "tuner/base/strings.h"
+
+namespace ktune {
+
+namespace {
+
+// 'ktun' in PRAGMA application_id marks a ktune database.
+constexpr std::int64_t kApplicationId = 0x6b74756e;
+
+constexpr Migration kMigrations[] = {
+    {1, R"sql(
+CREATE TABLE devices (
+  id INTEGER PRIMARY KEY,
+  uuid TEXT NOT NULL UNIQUE,
+  name TEXT NOT NULL,
+  architecture TEXT NOT NULL DEFAULT '',
+  driver TEXT NOT NULL DEFAULT '',
+  memory_bytes INTEGER NOT NULL DEFAULT 0,
+  multiprocessors INTEGER NOT NULL DEFAULT 0,
+  simulated INTEGER NOT NULL DEFAULT 0,
+  locator TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE kernels (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  source_hash TEXT NOT NULL,
+  parameters TEXT NOT NULL,
+  UNIQUE (name, source_hash, parameters)
+);
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY,
+  kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  problem TEXT NOT NULL,
+  spec BLOB NOT NULL,
+  spec_json TEXT NOT NULL,
+  strategy TEXT NOT NULL,
+  seed INTEGER NOT NULL,
+  objective TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'succeeded',
+                                       'failed', 'cancelled', 'interrupted')),
+  message TEXT NOT NULL DEFAULT '',
+  evaluations INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL
+);
+CREATE INDEX jobs_kernel ON jobs(kernel_id);
+CREATE TABLE measurements (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  seq INTEGER NOT NULL,
+  config_key TEXT NOT NULL,
+  config TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('ok', 'invalid_by_constraint',
+      'compile_error', 'launch_error', 'runtime_fault', 'timeout',
+      'wrong_result')),
+  time_ms REAL,
+  objective REAL,
+  loss REAL,
+  median_ms REAL,
+  mean_ms REAL,
+  min_ms REAL,
+  max_ms REAL,
+  q1_ms REAL,
+  q3_ms REAL,
+  stddev_ms REAL,
+  samples INTEGER NOT NULL DEFAULT 0,
+  compile_ms REAL NOT NULL DEFAULT 0,
+  cost_ms REAL NOT NULL DEFAULT 0,
+  message TEXT NOT NULL DEFAULT '',
+  measured_at TEXT NOT NULL,
+  PRIMARY KEY (job_id, config_key),
+  UNIQUE (job_id, seq),
+  CHECK ((status = 'ok') = (time_ms IS NOT NULL))
+);
+CREATE TABLE best (
+  kernel_id INTEGER NOT NULL REFERENCES kernels(id),
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  problem TEXT NOT NULL,
+  objective TEXT NOT NULL,
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  config_key TEXT NOT NULL,
+  config TEXT NOT NULL,
+  time_ms REAL NOT NULL,
+  objective_value REAL,
+  loss REAL NOT NULL,
+  updated_at TEXT NOT NULL,
+  PRIMARY KEY (kernel_id, device_id, problem, objective)
+);
+)sql"},
+};
+
+constexpr const char* kJobColumns = R"sql(
+SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,
+       d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,
+       d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,
+       j.objective, j.state, j.message, j.evaluations, j.created_at,
+       j.updated_at
+FROM jobs j JOIN kernels k ON k.id = j.kernel_id
+            JOIN devices d ON d.id = j.device_id)sql";
+
+absl::StatusOr<Problem> ProblemFromJson(const std::string& text) {
+  absl::StatusOr<Json> j = ParseJson(text);
+  if (!j.ok() || !j->is_object()) {
+    return absl::DataLossError(StrCat("stored problem is not a JSON object: ", text));
+  }
+  Problem p;
+  for (const auto& [name, v] : j->as_object()) {
+    if (!v.is_int()) {
+      return absl::DataLossError(StrCat("stored problem value of ", name, " is not an integer"));
+    }
+    p[name] = v.as_int();
+  }
+  return p;
+}
+
+// The device columns, selected in this order from `first` on: d.locator,
+// d.name, d.architecture, d.uuid, d.memory_bytes, d.driver,
+// d.multiprocessors, d.simulated.
+DeviceInfo ReadDevice(const sqlite::Statement& s, int first) {
+  DeviceInfo d;
+  d.id = s.Text(first);
+  d.name = s.Text(first + 1);
+  d.architecture = s.Text(first + 2);
+  d.uuid = s.Text(first + 3);
+  d.memory_bytes = s.Int(first + 4);
+  d.driver = s.Text(first + 5);
+  d.multiprocessors = static_cast<int>(s.Int(first + 6));
+  d.simulated = s.Int(first + 7) != 0;
+  return d;
+}
+
+std::optional<double> FiniteOrNull(double v) {
+  if (std::isfinite(v)) return v;
+  return std::nullopt;
+}
+
+}  // namespace
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kQueued: return "queued";
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kCancelled: return "cancelled";
+    case JobState::kInterrupted: return "interrupted";
+  }
+  return "?";
+}
+
+std::optional<JobState> ParseJobState(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(JobState::kInterrupted); ++i) {
+    const auto s = static_cast<JobState>(i);
+    if (name == JobStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+std::string ProblemToJson(const Problem& problem) {
+  Json j = Json::MakeObject();
+  for (const auto& [name, v] : problem) j.Set(name, Json(v));  // map: sorted
+  return j.Dump();
+}
+
+std::string NowIso8601() {
+  const auto now = std::chrono::system_clock::now();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  const time_t secs = static_cast<time_t>(ms / 1000);
+  struct tm tm;
+  gmtime_r(&secs, &tm);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+std::span<const Migration> SchemaMigrations() { return kMigrations; }
+
+struct Store::Statements {
+  sqlite::Statement upsert_device;
+  sqlite::Statement upsert_kernel;
+  sqlite::Statement insert_job;
+  sqlite::Statement get_job;
+  sqlite::Statement get_job_prefix;
+  sqlite::Statement list_jobs;
+  sqlite::Statement set_state;
+  sqlite::Statement insert_measurement;
+  sqlite::Statement bump_evaluations;
+  sqlite::Statement upsert_best;
+  sqlite::Statement load_measurements;
+};
+
+Store::Store(sqlite::Db db) : db_(std::move(db)) {}
+Store::Store(Store&&) noexcept = default;
+Store& Store::operator=(Store&&) noexcept = default;
+Store::~Store() = default;
+
+absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
+                                        std::span<const Migration> migrations, int* version_out) {
+  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path, create);
+  if (!db.ok()) return db.status();
+  sqlite::Db& d = *db;
+  sqlite3_busy_timeout(d.get(), 5000);
+  auto with_path = [&](const absl::Status& s) {
+    return absl::Status(s.code(), StrCat(path, ": ", s.message()));
+  };
+  auto not_sqlite = [&](const absl::Status& s) {
+    return absl::FailedPreconditionError(
+        StrCat(path, ": not a SQLite database (", s.message(), "); nothing was changed"));
+  };
+  // The first read tells whether this is SQLite at all.
+  int version = 0;
+  {
+    absl::StatusOr<sqlite::Statement> q = d.Prepare(
+        "SELECT (SELECT application_id FROM pragma_application_id), "
+        "(SELECT user_version FROM pragma_user_version), "
+        "(SELECT count(*) FROM sqlite_schema)");
+    if (!q.ok()) {
+      return q.status().code() == absl::StatusCode::kDataLoss ? not_sqlite(q.status())
+                                                              : with_path(q.status());
+    }
+    absl::StatusOr<bool> row = q->Step();
+    if (!row.ok()) {
+      return row.status().code() == absl::StatusCode::kDataLoss ? not_sqlite(row.status())
+                                                                : with_path(row.status());
+    }
+    const std::int64_t app_id = q->Int(0);
+    version = static_cast<int>(q->Int(1));
+    const std::int64_t tables = q->Int(2);
+    if (app_id != kApplicationId && !(app_id == 0 && version == 0 && tables == 0)) {
+      return absl::FailedPreconditionError(
+          StrCat(path, ": not a ktune database (it holds other data); nothing was changed"));
+    }
+  }
+  const int latest = migrations.empty() ? 0 : migrations.back().version;
+  if (version > latest) {
+    return absl::FailedPreconditionError(StrCat(path, ": schema version ", version,
+                                                " is newer than this ktune knows (", latest,
+                                                "); use a newer ktune. Nothing was changed."));
+  }
+  if (absl::Status s = d.Exec("PRAGMA journal_mode=WAL"); !s.ok()) return with_path(s);
+  if (absl::Status s = d.Exec("PRAGMA foreign_keys=ON"); !s.ok()) return with_path(s);
+  if (absl::Status s = d.Exec("PRAGMA synchronous=NORMAL"); !s.ok()) return with_path(s);
+  for (const Migration& m : migrations) {
+    if (m.version <= version) continue;
+    absl::StatusOr<sqlite::Transaction> tx = sqlite::Transaction::Begin(d);
+    if (!tx.ok()) return with_path(tx.status());
+    if (absl::Status s = d.Exec(m.sql); !s.ok()) {
+      return with_path(absl::Status(
+          s.code(), StrCat("migration to schema version ", m.version, ": ", s.message())));
+    }
+    absl::Status s = d.Exec(StrCat("PRAGMA user_version = ", m.version));
+    if (s.ok()) s = d.Exec(StrCat("PRAGMA application_id = ", kApplicationId));
+    if (s.ok()) s = tx->Commit();
+    if (!s.ok()) return with_path(s);
+    version = m.version;
+  }
+  if (version_out != nullptr) *version_out = version;
+  return db;
+}
+
+absl::StatusOr<Store> Store::Open(const std::string& path, bool create) {
+  int version = 0;
+  absl::StatusOr<sqlite::Db> db = OpenMigrated(path, create, SchemaMigrations(), &version);
+  if (!db.ok()) return db.status();
+  Store store(*std::move(db));
+  store.path_ = path;
+  store.schema_version_ = version;
+  if (absl::Status s = store.PrepareStatements(); !s.ok()) {
+    return absl::Status(s.code(), StrCat(path, ": ", s.message()));
+  }
+  return store;
+}
+
+absl::Status Store::PrepareStatements() {
+  auto st = std::make_unique<Statements>();
+  auto prep = [&](sqlite::Statement& out, std::string_view sql) -> absl::Status {
+    absl::StatusOr<sqlite::Statement> s = db_.Prepare(sql);
+    if (!s.ok()) return s.status();
+    out = *std::move(s);
+    return absl::OkStatus();
+  };
+  KTUNE_RETURN_IF_ERROR(prep(st->upsert_device, R"sql(
+INSERT INTO devices (uuid, name, architecture, driver, memory_bytes,
+                     multiprocessors, simulated, locator)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+ON CONFLICT (uuid) DO UPDATE SET name = excluded.name,
+  architecture = excluded.architecture, driver = excluded.driver,
+  memory_bytes = excluded.memory_bytes,
+  multiprocessors = excluded.multiprocessors, locator = excluded.locator
+RETURNING id)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->upsert_kernel, R"sql(
+INSERT INTO kernels (name, source_hash, parameters) VALUES (?1, ?2, ?3)
+ON CONFLICT (name, source_hash, parameters) DO UPDATE SET name = excluded.name
+RETURNING id)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->insert_job, R"sql(
+INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy,
+                  seed, objective, state, message, evaluations, created_at,
+                  updated_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '', 0, ?11, ?11)
+ON CONFLICT (id) DO NOTHING)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->get_job, StrCat(kJobColumns, " WHERE j.id = ?1")));
+  KTUNE_RETURN_IF_ERROR(prep(st->get_job_prefix, StrCat(kJobColumns,
+                                                        " WHERE substr(j.id, 1, length(?1)) = ?1"
+                                                        " ORDER BY j.id LIMIT 2")));
+  KTUNE_RETURN_IF_ERROR(
+      prep(st->list_jobs, StrCat(kJobColumns, " ORDER BY j.created_at DESC, j.id")));
+  KTUNE_RETURN_IF_ERROR(prep(st->set_state, R"sql(
+UPDATE jobs SET state = ?2, message = ?3, updated_at = ?4 WHERE id = ?1)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->insert_measurement, R"sql(
+INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms,
+  objective, loss, median_ms, mean_ms, min_ms, max_ms, q1_ms, q3_ms,
+  stddev_ms, samples, compile_ms, cost_ms, message, measured_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+        ?17, ?18, ?19, ?20))sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->bump_evaluations, R"sql(
+UPDATE jobs SET evaluations = evaluations + 1, updated_at = ?2 WHERE id = ?1)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->upsert_best, R"sql(
+INSERT INTO best (kernel_id, device_id, problem, objective, job_id, config_key,
+                  config, time_ms, objective_value, loss, updated_at)
+SELECT kernel_id, device_id, problem, objective, id, ?2, ?3, ?4, ?5, ?6, ?7
+FROM jobs WHERE id = ?1
+ON CONFLICT (kernel_id, device_id, problem, objective) DO UPDATE SET
+  job_id = excluded.job_id, config_key = excluded.config_key,
+  config = excluded.config, time_ms = excluded.time_ms,
+  objective_value = excluded.objective_value, loss = excluded.loss,
+  updated_at = excluded.updated_at
+WHERE excluded.loss < best.loss)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->load_measurements, R"sql(
+SELECT seq, config_key, config, status, time_ms, objective, loss, median_ms,
+       mean_ms, min_ms, max_ms, q1_ms, q3_ms, stddev_ms, samples, compile_ms,
+       cost_ms, message, measured_at
+FROM measurements WHERE job_id = ?1 ORDER BY seq)sql"));
+  stmts_ = std::move(st);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::int64_t> Store::UpsertDevice(const DeviceInfo& device) {
+  sqlite::Statement& s = stmts_->upsert_device;
+  s.Bind(1, std::string_view(device.uuid))
+      .Bind(2, std::string_view(device.name))
+      .Bind(3, std::string_view(device.architecture))
+      .Bind(4, std::string_view(device.driver))
+      .Bind(5, device.memory_bytes)
+      .Bind(6, std::int64_t{device.multiprocessors})
+      .Bind(7, std::int64_t{device.simulated ? 1 : 0})
+      .Bind(8, std::string_view(device.id));
+  absl::StatusOr<bool> row = s.Step();
+  if (!row.ok()) {
+    s.Reset();
+    return row.status();
+  }
+  const std::int64_t id = s.Int(0);
+  s.Reset();
+  return id;
+}
+
+absl::StatusOr<std::int64_t> Store::UpsertKernel(const JobRecord& job) {
+  sqlite::Statement& s = stmts_->upsert_kernel;
+  const std::string params = StrJoin(job.parameters, ",");
+  s.Bind(1, std::string_view(job.kernel_name))
+      .Bind(2, std::string_view(job.source_hash))
+      .Bind(3, std::string_view(params));
+  absl::StatusOr<bool> row = s.Step();
+  if (!row.ok()) {
+    s.Reset();
+    return row.status();
+  }
+  const std::int64_t id = s.Int(0);
+  s.Reset();
+  return id;
+}
+
+absl::StatusOr<JobRecord> Store::ReadJob(sqlite::Statement& s) {
+  JobRecord j;
+  j.id = s.Text(0);
+  j.kernel_name = s.Text(1);
+  j.source_hash = s.Text(2);
+  const std::string params = s.Text(3);
+  if (!params.empty()) j.parameters = StrSplit(params, ',');
+  j.device = ReadDevice(s, 4);
+  KTUNE_ASSIGN_OR_RETURN(j.problem, ProblemFromJson(s.Text(12)));
+  j.spec = s.Blob(13);
+  j.spec_json = s.Text(14);
+  j.strategy = s.Text(15);
+  j.seed = static_cast<std::uint64_t>(s.Int(16));
+  j.objective = s.Text(17);
+  std::optional<JobState> state = ParseJobState(s.Text(18));
+  if (!state) return absl::DataLossError(StrCat("job ", j.id, ": unknown state"));
+  j.state = *state;
+  j.message = s.Text(19);
+  j.evaluations = s.Int(20);
+  j.created_at = s.Text(21);
+  j.updated_at = s.Text(22);
+  return j;
+}
+
+absl::StatusOr<JobRecord> Store::StartJob(const JobRecord& job, bool* resumed) {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
+  KTUNE_ASSIGN_OR_RETURN(const std::int64_t kernel_id, UpsertKernel(job));
+  const std::string now = NowIso8601();
+  const std::string problem = ProblemToJson(job.problem);
+  sqlite::Statement& ins = stmts_->insert_job;
+  ins.Bind(1, std::string_view(job.id))
+      .Bind(2, kernel_id)
+      .Bind(3, device_id)
+      .Bind(4, std::string_view(problem))
+      .BindBlob(5, job.spec)
+      .Bind(6, std::string_view(job.spec_json))
+      .Bind(7, std::string_view(job.strategy))
+      .Bind(8, static_cast<std::int64_t>(job.seed))
+      .Bind(9, std::string_view(job.objective))
+      .Bind(10, std::string_view(JobStateName(JobState::kRunning)))
+      .Bind(11, std::string_view(now));
+  KTUNE_RETURN_IF_ERROR(ins.Run());
+  const bool inserted = sqlite3_changes(db_.get()) > 0;
+  if (!inserted) {
+    sqlite::Statement& up = stmts_->set_state;
+    up.Bind(1, std::string_view(job.id))
+        .Bind(2, std::string_view(JobStateName(JobState::kRunning)))
+        .Bind(3, std::string_view(""))
+        .Bind(4, std::string_view(now));
+    KTUNE_RETURN_IF_ERROR(up.Run());
+  }
+  KTUNE_RETURN_IF_ERROR(tx.Commit());
+  if (resumed != nullptr) *resumed = !inserted;
+  return GetJob(job.id);
+}
+
+absl::Status Store::SetJobState(const std::string& job_id, JobState state,
+                                const std::string& message) {
+  sqlite::Statement& s = stmts_->set_state;
+  const std::string now = NowIso8601();
+  s.Bind(1, std::string_view(job_id))
+      .Bind(2, std::string_view(JobStateName(state)))
+      .Bind(3, std::string_view(message))
+      .Bind(4, std::string_view(now));
+  KTUNE_RETURN_IF_ERROR(s.Run());
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(StrCat("no job ", job_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::AddMeasurement(const std::string& job_id, const StoredMeasurement& m) {
+  const Measurement& r = m.measurement;
+  const bool ok = r.ok();
+  if (ok && !std::isfinite(r.time.count())) {
+    return absl::InvalidArgumentError("an ok measurement needs a finite time");
+  }
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  sqlite::Statement& ins = stmts_->insert_measurement;
+  const bool has_stats = r.stats.samples > 0;
+  auto stat = [&](Millis v) -> std::optional<double> {
+    if (!has_stats) return std::nullopt;
+    return FiniteOrNull(v.count());
+  };
+  ins.Bind(1, std::string_view(job_id))
+      .Bind(2, m.sequence)
+      .Bind(3, std::string_view(m.key))
+      .Bind(4, std::string_view(m.config_json))
+      .Bind(5, std::string_view(CandidateStatusName(r.status)))
+      .Bind(6, ok ? std::optional<double>(r.time.count()) : std::nullopt)
+      .Bind(7, ok ? m.objective : std::nullopt)
+      .Bind(8, ok ? m.loss : std::nullopt)
+      .Bind(9, stat(r.stats.median))
+      .Bind(10, stat(r.stats.mean))
+      .Bind(11, stat(r.stats.min))
+      .Bind(12, stat(r.stats.max))
+      .Bind(13, stat(r.stats.q1))
+      .Bind(14, stat(r.stats.q3))
+      .Bind(15, stat(r.stats.stddev))
+      .Bind(16, std::int64_t{r.stats.samples})
+      .Bind(17, FiniteOrNull(r.compile_time.count()).value_or(0))
+      .Bind(18, FiniteOrNull(r.cost.count()).value_or(0))
+      .Bind(19, std::string_view(r.message))
+      .Bind(20, std::string_view(m.measured_at.empty() ? NowIso8601() : m.measured_at));
+  KTUNE_RETURN_IF_ERROR(ins.Run());
+  const std::string now = NowIso8601();
+  sqlite::Statement& bump = stmts_->bump_evaluations;
+  bump.Bind(1, std::string_view(job_id)).Bind(2, std::string_view(now));
+  KTUNE_RETURN_IF_ERROR(bump.Run());
+  if (ok && m.loss && std::isfinite(*m.loss)) {
+    sqlite::Statement& best = stmts_->upsert_best;
+    best.Bind(1, std::string_view(job_id))
+        .Bind(2, std::string_view(m.key))
+        .Bind(3, std::string_view(m.config_json))
+        .Bind(4, r.time.count())
+        .Bind(5, m.objective)
+        .Bind(6, *m.loss)
+        .Bind(7, std::string_view(now));
+    KTUNE_RETURN_IF_ERROR(best.Run());
+  }
+  return tx.Commit();
+}
+
+absl::StatusOr<std::vector<StoredMeasurement>> Store::LoadMeasurements(const std::string& job_id) {
+  sqlite::Statement& s = stmts_->load_measurements;
+  s.Bind(1, std::string_view(job_id));
+  std::vector<StoredMeasurement> out;
+  absl::Status status = s.ForEachRow([&]() -> absl::Status {
+    StoredMeasurement m;
+    m.sequence = s.Int(0);
+    m.key = s.Text(1);
+    m.config_json = s.Text(2);
+    std::optional<CandidateStatus> parsed = ParseCandidateStatus(s.Text(3));
+    if (!parsed) {
+      return absl::DataLossError(
+          StrCat("job ", job_id, ": measurement ", m.key, " has an unknown status"));
+    }
+    Measurement& r = m.measurement;
+    r.status = *parsed;
+    if (std::optional<double> t = s.OptionalDouble(4)) r.time = Millis(*t);
+    m.objective = s.OptionalDouble(5);
+    m.loss = s.OptionalDouble(6);
+    auto ms = [&](int col) { return Millis(s.OptionalDouble(col).value_or(0)); };
+    r.stats.median = ms(7);
+    r.stats.mean = ms(8);
+    r.stats.min = ms(9);
+    r.stats.max = ms(10);
+    r.stats.q1 = ms(11);
+    r.stats.q3 = ms(12);
+    r.stats.stddev = ms(13);
+    r.stats.samples = static_cast<int>(s.Int(14));
+    r.compile_time = Millis(s.Double(15));
+    r.cost = Millis(s.Double(16));
+    r.message = s.Text(17);
+    m.measured_at = s.Text(18);
+    out.push_back(std::move(m));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::ReadJobs(sqlite::Statement& stmt) {
+  std::vector<JobRecord> out;
+  absl::Status s = stmt.ForEachRow([&]() -> absl::Status {
+    absl::StatusOr<JobRecord> j = ReadJob(stmt);
+    if (!j.ok()) return j.status();
+    out.push_back(*std::move(j));
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<JobRecord> Store::GetJob(const std::string& id_or_prefix) {
+  if (id_or_prefix.empty()) return absl::InvalidArgumentError("empty job id");
+  sqlite::Statement& exact = stmts_->get_job;
+  exact.Bind(1, std::string_view(id_or_prefix));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<JobRecord> found, ReadJobs(exact));
+  if (found.empty()) {
+    sqlite::Statement& prefix = stmts_->get_job_prefix;
+    prefix.Bind(1, std::string_view(id_or_prefix));
+    KTUNE_ASSIGN_OR_RETURN(found, ReadJobs(prefix));
+  }
+  if (found.empty()) return absl::NotFoundError(StrCat("no job ", id_or_prefix));
+  if (found.size() > 1) {
+    return absl::InvalidArgumentError(StrCat("job id prefix ", id_or_prefix, " is ambiguous"));
+  }
+  return std::move(found[0]);
+}
+
+absl::StatusOr<std::vector<JobRecord>> Store::ListJobs() { return ReadJobs(stmts_->list_jobs); }
+
+absl::StatusOr<std::vector<BestRecord>> Store::FindBest(
+    const std::string& kernel_name, const std::optional<std::string>& device,
+    const std::optional<Problem>& problem, const std::optional<std::string>& objective) {
+  // Filters are optional, so this statement is prepared per call.
+  std::string sql = R"sql(
+SELECT k.name, k.source_hash, d.locator, d.name, d.architecture, d.uuid,
+       d.memory_bytes, d.driver, d.multiprocessors, d.simulated, b.problem,
+       b.objective, b.job_id, b.config_key, b.config, b.time_ms,
+       b.objective_value, b.loss, b.updated_at
+FROM best b JOIN kernels k ON k.id = b.kernel_id
+            JOIN devices d ON d.id = b.device_id
+WHERE k.name = ?1)sql";
+  if (device) sql += " AND (d.name = ?2 OR d.locator = ?2 OR d.uuid = ?2)";
+  if (problem) sql += " AND b.problem = ?3";
+  if (objective) sql += " AND b.objective = ?4";
+  sql += " ORDER BY d.name, b.problem, b.objective";
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(sql));
+  s.Bind(1, std::string_view(kernel_name));
+  if (device) s.Bind(2, std::string_view(*device));
+  const std::string problem_json = problem ? ProblemToJson(*problem) : "";
+  if (problem) s.Bind(3, std::string_view(problem_json));
+  if (objective) s.Bind(4, std::string_view(*objective));
+  std::vector<BestRecord> out;
+  absl::Status status = s.ForEachRow([&]() -> absl::Status {
+    BestRecord b;
+    b.kernel_name = s.Text(0);
+    b.source_hash = s.Text(1);
+    b.device = ReadDevice(s, 2);
+    KTUNE_ASSIGN_OR_RETURN(b.problem, ProblemFromJson(s.Text(10)));
+    b.objective = s.Text(11);
+    b.job_id = s.Text(12);
+    b.key = s.Text(13);
+    b.config_json = s.Text(14);
+    b.time_ms = s.Double(15);
+    b.objective_value = s.OptionalDouble(16);
+    b.loss = s.Double(17);
+    b.updated_at = s.Text(18);
+    out.push_back(std::move(b));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::Status Store::CheckIntegrity() {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare("PRAGMA integrity_check"));
+  KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
+  if (!row) return absl::DataLossError(StrCat(path_, ": integrity_check returned nothing"));
+  const std::string result = s.Text(0);
+  if (result != "ok") {
+    return absl::DataLossError(StrCat(path_, ": integrity_check: ", result));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ktune

@@ -1,0 +1,174 @@
+// The SQLite store: devices, kernels, jobs, every measurement, and the best
+// configuration per kernel, device, problem and objective.
+//
+// The database runs in WAL mode with a busy timeout and foreign keys on.
+// Each measurement is committed in its own transaction as it completes, so a
+// crash loses at most the candidate in flight. The schema carries a version
+// (PRAGMA user_version) and is migrated forward on open; a database written
+// by a newer ktune is refused rather than damaged.
+#ifndef KTUNE_TUNER_STORE_STORE_H_
+#define KTUNE_TUNER_STORE_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/device/device.h"
+#include "tuner/store/sqlite.h"
+
+namespace ktune {
+
+enum class JobState : std::uint8_t {
+  kQueued,
+  kRunning,
+  kSucceeded,  // budget spent or space exhausted
+  kFailed,     // an infrastructure failure; see the message
+  kCancelled,
+  kInterrupted,  // stopped part-way; resumes when run again
+};
+const char* JobStateName(JobState state);  // "queued", "running", ...
+std::optional<JobState> ParseJobState(std::string_view name);
+
+using Problem = std::map<std::string, std::int64_t>;
+
+// Canonical text of a problem: a JSON object with sorted names.
+std::string ProblemToJson(const Problem& problem);
+
+struct JobRecord {
+  std::string id;
+  std::string kernel_name;
+  std::string source_hash;
+  std::vector<std::string> parameters;  // names, in order
+  DeviceInfo device;
+  Problem problem;
+  std::string spec;       // serialized ktune.v1.JobSpec
+  std::string spec_json;  // the same, as JSON for people
+  std::string strategy;
+  std::uint64_t seed = 0;
+  std::string objective = "time";  // what `loss` ranks
+  JobState state = JobState::kQueued;
+  std::string message;
+  std::int64_t evaluations = 0;
+  std::string created_at;  // ISO 8601, UTC
+  std::string updated_at;
+};
+
+struct StoredMeasurement {
+  std::int64_t sequence = 0;  // 0-based evaluation order within the job
+  std::string key;
+  std::string config_json;  // {"name": value, ...}
+  Measurement measurement;
+  std::optional<double> objective;  // the objective's value, when ok
+  std::optional<double> loss;       // what is minimised, when ok
+  std::string measured_at;
+};
+
+struct BestRecord {
+  std::string kernel_name;
+  std::string source_hash;
+  DeviceInfo device;
+  Problem problem;
+  std::string objective;
+  std::string job_id;
+  std::string key;
+  std::string config_json;
+  double time_ms = 0;
+  std::optional<double> objective_value;
+  double loss = 0;
+  std::string updated_at;
+};
+
+// One schema step: applied in a transaction, then user_version = version.
+struct Migration {
+  int version;
+  const char* sql;
+};
+
+// The schema migrations of this ktune, oldest first.
+std::span<const Migration> SchemaMigrations();
+
+// Opens the database at `path` (creating it if `create`), checks that it is
+// empty or a ktune database, sets WAL mode, the busy timeout and foreign
+// keys, and applies the `migrations` it lacks, each in its own transaction.
+// Returns the connection; *version receives the schema version. Errors:
+// NOT_FOUND (no file and !create), FAILED_PRECONDITION (not SQLite, not a
+// ktune database, or a schema newer than `migrations`), each naming the
+// path; a refused file is left unchanged.
+absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
+                                        std::span<const Migration> migrations, int* version);
+
+// A connection to one database file. Move-only; not thread-safe (give each
+// thread its own Store; SQLite's locking and the busy timeout arbitrate).
+class Store {
+ public:
+  // Opens the database at `path`, creating it if `create`, and migrates it
+  // to the current schema (see OpenMigrated for the errors).
+  static absl::StatusOr<Store> Open(const std::string& path, bool create);
+
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  ~Store();
+
+  const std::string& path() const { return path_; }
+  int schema_version() const { return schema_version_; }
+
+  // Records the job (with its device and kernel) unless a job with this id
+  // exists, then marks it running. Returns the stored record and sets
+  // *resumed when it existed before.
+  absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed);
+
+  absl::Status SetJobState(const std::string& job_id, JobState state, const std::string& message);
+
+  // Commits one measurement, bumps the job's evaluation count and, when the
+  // candidate is ok and beats the stored best for its kernel, device,
+  // problem and objective, the best. ALREADY_EXISTS if the configuration
+  // was already measured in this job.
+  absl::Status AddMeasurement(const std::string& job_id, const StoredMeasurement& m);
+
+  // The job's measurements in evaluation order.
+  absl::StatusOr<std::vector<StoredMeasurement>> LoadMeasurements(const std::string& job_id);
+
+  // The job with this id, or the only job whose id starts with it.
+  // NOT_FOUND, or INVALID_ARGUMENT when a prefix is ambiguous.
+  absl::StatusOr<JobRecord> GetJob(const std::string& id_or_prefix);
+
+  // All jobs, newest first.
+  absl::StatusOr<std::vector<JobRecord>> ListJobs();
+
+  // Best records of kernel `kernel_name`, optionally only on devices whose
+  // name, id or uuid equals `device`, only for `problem`, only for
+  // `objective`. Ordered by device name, then problem.
+  absl::StatusOr<std::vector<BestRecord>> FindBest(const std::string& kernel_name,
+                                                   const std::optional<std::string>& device,
+                                                   const std::optional<Problem>& problem,
+                                                   const std::optional<std::string>& objective);
+
+  // Runs PRAGMA integrity_check; OK when it reports "ok".
+  absl::Status CheckIntegrity();
+
+ private:
+  explicit Store(sqlite::Db db);
+  absl::Status PrepareStatements();
+  absl::StatusOr<std::int64_t> UpsertDevice(const DeviceInfo& device);
+  absl::StatusOr<std::int64_t> UpsertKernel(const JobRecord& job);
+  absl::StatusOr<JobRecord> ReadJob(sqlite::Statement& stmt);
+  absl::StatusOr<std::vector<JobRecord>> ReadJobs(sqlite::Statement& stmt);
+
+  std::string path_;
+  int schema_version_ = 0;
+  // Declared after db_, so destroyed (finalised) before it.
+  sqlite::Db db_;
+  struct Statements;
+  std::unique_ptr<Statements> stmts_;
+};
+
+// The current UTC time as ISO 8601 with milliseconds.
+std::string NowIso8601();
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_STORE_STORE_H_
