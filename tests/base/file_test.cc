@@ -19,13 +19,13 @@ using ::testing::HasSubstr;
 class FileTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& bytes) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     std::ofstream(path, std::ios::binary) << bytes;
     return path;
   }
 
   std::string WriteGzip(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     gzFile f = gzopen(path.c_str(), "wb");
     gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
     gzclose(f);

@@ -172,8 +172,9 @@ TEST_F(CliTest, SharedCachesReplayToTheirRecordedOptimum) {
   for (const std::string& f : files) {
     auto it = expected.find(f);
     ASSERT_NE(it, expected.end()) << "no published optimum for " << f;
-    const Json j = RunJson({"tune", "--local", "--device", "sim:" + dir + "/" + f, "--strategy",
-                            "brute_force", "--db", Db(), "--json"});
+    const std::string device = "sim:" + dir + "/" + f;
+    const Json j = RunJson({"tune", "--local", "--device", device, "--strategy", "brute_force",
+                            "--db", Db(), "--json"});
     ASSERT_TRUE(j.is_object()) << f;
     EXPECT_EQ(j.Find("best")->Find("key")->as_string(), it->second.first) << f;
     const double t = j.Find("best")->Find("time_ms")->as_double();
@@ -296,7 +297,7 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   ASSERT_FALSE(db_before.empty());
 
   auto spec = [&](const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
+    std::string path = dir_ + "/" + name;
     std::ofstream(path) << text;
     return path;
   };

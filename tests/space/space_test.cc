@@ -15,7 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Parameter Ints(const std::string& name, std::vector<std::int64_t> values) {
+Parameter Ints(const std::string& name, const std::vector<std::int64_t>& values) {
   Parameter p;
   p.name = name;
   p.type = ValueType::kInt;

@@ -93,7 +93,7 @@ namespace {
 void NewLine(std::string& out, int indent, int depth) {
   if (indent < 0) return;
   out.push_back('\n');
-  out.append(static_cast<std::size_t>(indent * depth), ' ');
+  out.append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(depth), ' ');
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ class Json {
 
   enum class Type { kNull, kBool, kInt, kDouble, kString, kArray, kObject };
 
+  // Implicit on purpose: Json(1), Json("x") and Json(true) build documents
+  // the way JSON literals read.
+  // NOLINTBEGIN(google-explicit-constructor)
   Json() = default;
   Json(std::nullptr_t) {}
   Json(bool b) : value_(b) {}
@@ -41,6 +44,7 @@ class Json {
   Json(const char* s) : value_(std::string(s)) {}
   Json(Array a) : value_(std::move(a)) {}
   Json(Object o) : value_(std::move(o)) {}
+  // NOLINTEND(google-explicit-constructor)
 
   static Json MakeObject() { return Json(Object{}); }
   static Json MakeArray() { return Json(Array{}); }

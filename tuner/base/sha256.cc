@@ -26,7 +26,7 @@ Sha256::Sha256()
 
 void Sha256::Block(const std::uint8_t* p) {
   std::uint32_t w[64];
-  for (int i = 0; i < 16; ++i) {
+  for (std::size_t i = 0; i < 16; ++i) {
     w[i] = (std::uint32_t{p[4 * i]} << 24) | (std::uint32_t{p[4 * i + 1]} << 16) |
            (std::uint32_t{p[4 * i + 2]} << 8) | std::uint32_t{p[4 * i + 3]};
   }
@@ -98,7 +98,7 @@ std::array<std::uint8_t, 32> Sha256::Finish() {
   for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(bits >> (56 - 8 * i));
   Update(std::string_view(reinterpret_cast<const char*>(len), 8));
   std::array<std::uint8_t, 32> out;
-  for (int i = 0; i < 8; ++i) {
+  for (std::size_t i = 0; i < 8; ++i) {
     out[4 * i] = static_cast<std::uint8_t>(h_[i] >> 24);
     out[4 * i + 1] = static_cast<std::uint8_t>(h_[i] >> 16);
     out[4 * i + 2] = static_cast<std::uint8_t>(h_[i] >> 8);

@@ -21,9 +21,11 @@
 #define KTUNE_ASSIGN_OR_RETURN(lhs, rexpr) \
   KTUNE_ASSIGN_OR_RETURN_IMPL_(KTUNE_CONCAT_(ktune_statusor_, __LINE__), lhs, rexpr)
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` may be a declaration.
 #define KTUNE_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                 \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = *std::move(statusor)
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // KTUNE_TUNER_BASE_STATUS_MACROS_H_

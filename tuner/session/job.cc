@@ -21,7 +21,7 @@ namespace {
 constexpr std::size_t kMaxSpecBytes = 16u << 20;
 constexpr std::int64_t kMaxRangeValues = 1'000'000;
 
-absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 std::string Where(std::size_t i, const std::string& name) {
   return name.empty() ? StrCat("parameters[", i, "]") : StrCat("parameters[", i, "] (", name, ")");

@@ -18,7 +18,8 @@ struct Config {
   std::vector<std::uint32_t> index;
 
   friend bool operator==(const Config&, const Config&) = default;
-  friend auto operator<=>(const Config&, const Config&) = default;
+  friend auto operator<=>(const Config&, const Config&) =
+      default;  // NOLINT(modernize-use-nullptr): a clang-tidy 14 false positive
 };
 
 struct ConfigHash {

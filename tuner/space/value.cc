@@ -41,12 +41,13 @@ std::string PythonFloatRepr(double v) {
   if (exponent >= -4 && exponent < 16) {
     std::string out;
     if (exponent < 0) {
-      out = "0." + std::string(static_cast<std::size_t>(-exponent - 1), '0') + digits;
+      out = "0." + std::string(static_cast<std::size_t>(-exponent) - 1, '0') + digits;
     } else if (exponent + 1 >= n) {
-      out = digits + std::string(static_cast<std::size_t>(exponent + 1 - n), '0') + ".0";
+      const int zeros = exponent + 1 - n;
+      out = digits + std::string(static_cast<std::size_t>(zeros), '0') + ".0";
     } else {
-      out = digits.substr(0, static_cast<std::size_t>(exponent + 1)) + "." +
-            digits.substr(static_cast<std::size_t>(exponent + 1));
+      const auto point = static_cast<std::size_t>(exponent) + 1;
+      out = digits.substr(0, point) + "." + digits.substr(point);
     }
     return sign + out;
   }
