@@ -112,9 +112,9 @@ void ReplayThroughStore(const std::string& repo) {
     absl::StatusOr<Job> job = JobForRecording((*device)->recording(), overrides);
     absl::StatusOr<std::unique_ptr<Strategy>> strategy =
         MakeStrategy("brute_force", *job->space, {});
-    Session session(*job, **device, *store, **strategy, "brute_force");
+    Session session(*job, **device, **strategy, "brute_force");
     const auto t0 = Clock::now();
-    absl::StatusOr<SessionResult> r = session.Run();
+    absl::StatusOr<SessionResult> r = session.Run(*store);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!r.ok()) return;
     rates.push_back(static_cast<double>(r->progress.evaluations) / s);

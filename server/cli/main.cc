@@ -285,7 +285,6 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
                    has_spec ? StrCat(args.positional()[0], ": ", job.status().message())
                             : std::string(job.status().message())};
   }
-  if (absl::Status s = (*device)->Bind(*job->space); !s.ok()) return InvalidInput(s);
 
   // 4. The strategy.
   StrategyOptions options;
@@ -303,7 +302,14 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
                           strat.status().message())};
   }
 
-  // 5. The store: opened only now, after all input was checked.
+  // 5. Bind the job to the device (for a GPU: worker, arguments,
+  // reference), still before anything is stored.
+  Session session(*job, **device, **strat, resolved);
+  if (absl::Status s = session.Prepare(); !s.ok()) {
+    return s.code() == absl::StatusCode::kInvalidArgument ? InvalidInput(s) : Error(s);
+  }
+
+  // 6. The store: opened only now, after all input was checked.
   const std::string db_path = args.Get("db").value_or(DefaultDbPath());
   absl::StatusOr<Store> store = Store::Open(db_path, /*create=*/true);
   if (!store.ok()) {
@@ -313,8 +319,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
     return Error(store.status());
   }
 
-  // 6. Run.
-  Session session(*job, **device, *store, **strat, resolved);
+  // 7. Run.
   const SpaceCount count = job->space->Count();
   ProgressLine line(count.count > UINT64_MAX ? UINT64_MAX
                                              : static_cast<std::uint64_t>(count.count));
@@ -326,7 +331,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   SessionOptions so;
   so.stop = &g_stop;
   so.on_progress = [&line](const Progress& p) { line.Update(p); };
-  absl::StatusOr<SessionResult> result = session.Run(so);
+  absl::StatusOr<SessionResult> result = session.Run(*store, so);
   line.Finish();
   if (!result.ok()) return Error(result.status());
 

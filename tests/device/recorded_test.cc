@@ -177,7 +177,9 @@ TEST(SimulatedDeviceTest, ReplaysAndRefusesForeignSpaces) {
                {Value(std::int64_t{32}), Value(std::int64_t{64}), Value(std::int64_t{128})}};
   absl::StatusOr<Space> space = Space::Product({t, bs}, {});
   ASSERT_TRUE(space.ok());
-  ASSERT_TRUE(device.Bind(*space).ok());
+  JobBinding binding;
+  binding.space = &*space;
+  ASSERT_TRUE(device.Bind(binding).ok());
   absl::StatusOr<Measurement> m = device.Evaluate(*space->ParseKey("1,64"));
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->status, CandidateStatus::kOk);
@@ -190,7 +192,8 @@ TEST(SimulatedDeviceTest, ReplaysAndRefusesForeignSpaces) {
 
   Parameter other{"u", ValueType::kInt, {Value(std::int64_t{1})}};
   absl::StatusOr<Space> foreign = Space::Product({bs, other}, {});
-  absl::Status s = device.Bind(*foreign);
+  binding.space = &*foreign;
+  absl::Status s = device.Bind(binding);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("recorded but not in the job: t"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("in the job but not recorded: u"));

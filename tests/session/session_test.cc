@@ -30,8 +30,8 @@ class FakeDevice final : public Device {
   }
   const DeviceInfo& info() const override { return info_; }
   bool replays_recorded_time() const override { return true; }
-  absl::Status Bind(const Space& space) override {
-    space_ = &space;
+  absl::Status Bind(const JobBinding& job) override {
+    space_ = job.space;
     return absl::OkStatus();
   }
   absl::StatusOr<Measurement> Evaluate(const Config& config) override {
@@ -100,14 +100,14 @@ class SessionTest : public ::testing::Test {
     options.max_evaluations = job.max_evaluations;
     auto strategy = MakeStrategy(job.strategy, *job.space, options);
     EXPECT_TRUE(strategy.ok());
-    Session session(job, device, *store_, **strategy, job.strategy);
+    Session session(job, device, **strategy, job.strategy);
     std::atomic<bool> stop{false};
     SessionOptions so;
     so.stop = &stop;
     so.on_progress = [&](const Progress& p) {
       if (stop_after >= 0 && p.evaluations >= stop_after) stop = true;
     };
-    return session.Run(so);
+    return session.Run(*store_, so);
   }
 
   std::vector<std::string> StoredKeys(const std::string& job_id) {

@@ -8,10 +8,12 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ktune/v1/job.pb.h"
 #include "tuner/space/config.h"
 #include "tuner/space/space.h"
 
@@ -43,6 +45,20 @@ struct TimeStats {
 // standard deviation with n - 1. Empty input gives all zeros.
 TimeStats ComputeStats(std::vector<double> samples_ms);
 
+// How a measurement was taken.
+struct Conditions {
+  int sm_clock_mhz_before = 0;
+  int sm_clock_mhz_after = 0;
+  int throttled_samples_discarded = 0;
+  int launches_per_sample = 0;  // > 1 for short kernels
+  bool raced = false;           // stopped early: clearly slower than the best
+  bool final_round = false;     // re-measured among the final contenders
+  int registers = 0;
+  int static_shared_bytes = 0;
+  int local_bytes = 0;
+  Millis gpu_busy{0};           // timed GPU work (sum of the samples)
+};
+
 // The full record of one evaluated candidate.
 struct Measurement {
   CandidateStatus status = CandidateStatus::kOk;
@@ -55,11 +71,26 @@ struct Measurement {
   Millis cost{0};
   // Compiler log or error text.
   std::string message;
+  Conditions conditions;
+  // The timed samples (per launch), in the order taken; empty for
+  // replayed recordings.
+  std::vector<double> samples_ms;
 
   bool ok() const { return status == CandidateStatus::kOk; }
 };
 
-// A device evaluates configurations of one bound space at a time. Not
+// What a device needs to know about a job. The pointers must outlive the
+// binding.
+struct JobBinding {
+  const Space* space = nullptr;
+  // The job file's spec; null for a job over a recorded space.
+  const v1::JobSpec* spec = nullptr;
+  std::string source;  // kernel source text
+  std::map<std::string, std::int64_t> problem;
+  std::string base_dir;  // for relative paths in the spec
+};
+
+// A device evaluates configurations of one bound job at a time. Not
 // thread-safe: one session drives a device.
 class Device {
  public:
@@ -72,15 +103,28 @@ class Device {
   // budget, so a replay behaves like the GPU it came from.
   virtual bool replays_recorded_time() const = 0;
 
-  // Prepares to evaluate configurations of `space`. Errors
-  // (INVALID_ARGUMENT) say why the device cannot serve this space.
-  // `space` must outlive the binding.
-  virtual absl::Status Bind(const Space& space) = 0;
+  // Prepares to evaluate configurations of the job. Errors
+  // (INVALID_ARGUMENT) say why the device cannot serve it.
+  virtual absl::Status Bind(const JobBinding& job) = 0;
 
-  // Evaluates `config` of the bound space. A failing candidate is a
+  // Evaluates `config` of the bound job. A failing candidate is a
   // Measurement with its status, not an error; an error status means the
   // device itself failed.
   virtual absl::StatusOr<Measurement> Evaluate(const Config& config) = 0;
+
+  // How many configurations the session should keep asked ahead, so that
+  // their preparation (compilation) overlaps measurement.
+  virtual int pipeline_depth() const { return 1; }
+  // A hint: these configurations will be evaluated soon.
+  virtual void Prefetch(const std::vector<Config>& configs) { (void)configs; }
+
+  // Re-measures the final contenders interleaved, for a fair last
+  // comparison. Devices that replay recorded times cannot.
+  virtual bool can_remeasure() const { return false; }
+  virtual absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) {
+    (void)configs;
+    return absl::UnimplementedError("this device cannot re-measure");
+  }
 };
 
 }  // namespace ktune

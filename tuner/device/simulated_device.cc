@@ -25,7 +25,8 @@ absl::StatusOr<std::unique_ptr<SimulatedDevice>> SimulatedDevice::Open(const std
                                            StrCat("sim:", path));
 }
 
-absl::Status SimulatedDevice::Bind(const Space& space) {
+absl::Status SimulatedDevice::Bind(const JobBinding& job) {
+  const Space& space = *job.space;
   const std::vector<Parameter>& recorded = recording_->params();
   std::vector<std::size_t> to_space;
   std::vector<std::string> missing;

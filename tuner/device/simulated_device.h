@@ -25,9 +25,9 @@ class SimulatedDevice final : public Device {
 
   const DeviceInfo& info() const override { return info_; }
   bool replays_recorded_time() const override { return true; }
-  // Binds a space whose parameters have the recording's names (in any
+  // Binds a job whose parameters have the recording's names (in any
   // order). INVALID_ARGUMENT lists the names that differ.
-  absl::Status Bind(const Space& space) override;
+  absl::Status Bind(const JobBinding& job) override;
   // Configurations absent from the recording end as launch_error with a
   // message saying so.
   absl::StatusOr<Measurement> Evaluate(const Config& config) override;

@@ -298,6 +298,7 @@ std::optional<double> Objective::Loss(const Config& config, double time_ms) cons
 absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_dir) {
   Job job;
   job.spec = spec;
+  job.base_dir = base_dir;
   const v1::Kernel& k = spec.kernel();
   if (k.name().empty()) return Invalid("kernel.name: required");
   job.kernel_name = k.name();
@@ -388,6 +389,16 @@ absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::Jo
   job.space = std::make_shared<const Space>(std::move(space));
   ApplyStrategy(spec, job);
   return job;
+}
+
+JobBinding BindingFor(const Job& job) {
+  JobBinding b;
+  b.space = job.space.get();
+  b.spec = job.spec.kernel().name().empty() || job.source.empty() ? nullptr : &job.spec;
+  b.source = job.source;
+  b.problem = job.problem;
+  b.base_dir = job.base_dir;
+  return b;
 }
 
 std::string ComputeJobId(const Job& job, const DeviceInfo& device) {

@@ -69,6 +69,7 @@ class Objective {
 // A validated job, ready to run. Immutable once resolved.
 struct Job {
   v1::JobSpec spec;
+  std::string base_dir;  // relative paths in the spec start here
   std::string kernel_name;
   std::string source;       // kernel source text (empty if none was given)
   std::string source_hash;  // hex SHA-256 of `source`
@@ -92,6 +93,9 @@ absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_
 // problem, and its configurations as an explicit-list space. `overrides`
 // supplies strategy, budget and device settings.
 absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::JobSpec& overrides);
+
+// What the device needs to know about `job` (which must outlive it).
+JobBinding BindingFor(const Job& job);
 
 // The job's identity: derived from the kernel (name and source), the whole
 // spec (strategy, seed and budget included), the device and the problem.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,20 +28,28 @@ std::string SerializeSpec(const v1::JobSpec& spec) {
   return bytes;
 }
 
+constexpr int kDefaultFinalContenders = 3;
+
 }  // namespace
 
-Session::Session(const Job& job, Device& device, Store& store, Strategy& strategy,
+Session::Session(const Job& job, Device& device, Strategy& strategy,
                  std::string resolved_strategy)
     : job_(job),
       device_(device),
-      store_(store),
       strategy_(strategy),
       resolved_strategy_(std::move(resolved_strategy)),
       job_id_(ComputeJobId(job, device.info())) {}
 
-absl::StatusOr<SessionResult> Session::Run(const SessionOptions& options) {
+absl::Status Session::Prepare() {
+  if (prepared_) return absl::OkStatus();
+  KTUNE_RETURN_IF_ERROR(device_.Bind(BindingFor(job_)));
+  prepared_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& options) {
   const Space& space = *job_.space;
-  KTUNE_RETURN_IF_ERROR(device_.Bind(space));
+  KTUNE_RETURN_IF_ERROR(Prepare());
 
   JobRecord rec;
   rec.id = job_id_;
@@ -56,20 +65,23 @@ absl::StatusOr<SessionResult> Session::Run(const SessionOptions& options) {
   rec.objective = job_.objective.id();
   SessionResult result;
   result.resolved_strategy = resolved_strategy_;
-  KTUNE_RETURN_IF_ERROR(store_.StartJob(rec, &result.resumed).status());
+  KTUNE_RETURN_IF_ERROR(store.StartJob(rec, &result.resumed).status());
 
-  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous, store_.LoadMeasurements(job_id_));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous,
+                         store.LoadMeasurements(job_id_));
   std::unordered_map<std::string, StoredMeasurement> stored;
   std::int64_t next_sequence = 0;
+  bool final_round_done = false;
   for (StoredMeasurement& m : previous) {
     next_sequence = std::max(next_sequence, m.sequence + 1);
+    final_round_done = final_round_done || m.measurement.conditions.final_round;
     stored.emplace(m.key, std::move(m));
   }
 
   // On failure of the device or the store, record why (if the store still
   // works) and give the error to the caller.
   auto fail = [&](const absl::Status& s) {
-    (void)store_.SetJobState(job_id_, JobState::kFailed, std::string(s.message()));
+    (void)store.SetJobState(job_id_, JobState::kFailed, std::string(s.message()));
     return s;
   };
 
@@ -87,20 +99,30 @@ absl::StatusOr<SessionResult> Session::Run(const SessionOptions& options) {
   };
   double best_loss = std::numeric_limits<double>::infinity();
   std::unordered_set<std::string> evaluated;
+  // Ok measurements of this run by loss, for the final contenders.
+  std::vector<std::pair<double, Config>> ranked;
   bool interrupted = false;
 
   auto out_of_budget = [&]() -> const char* {
     if (job_.max_evaluations > 0 && progress.evaluations >= job_.max_evaluations) {
       return "evaluation budget spent";
     }
-    if (job_.max_time.count() > 0 && charged() >= job_.max_time) {
-      return "time budget spent";
-    }
+    if (job_.max_time.count() > 0 && charged() >= job_.max_time) return "time budget spent";
     return nullptr;
   };
+  auto stop_requested = [&] { return options.stop != nullptr && options.stop->load(); };
 
-  while (result.end_reason.empty()) {
-    if (options.stop != nullptr && options.stop->load()) {
+  // Configurations asked but not yet evaluated. The device may want several
+  // in flight (compiling while the GPU measures); the strategy is asked in
+  // whole batches, so with a depth of one batch this is plain ask/tell.
+  std::deque<Config> queue;
+  const auto batch = static_cast<std::size_t>(std::max(1, job_.batch_size));
+  const std::size_t depth = std::max(batch, static_cast<std::size_t>(device_.pipeline_depth()));
+  std::int64_t asked = 0;
+  bool exhausted = false;
+
+  while (true) {
+    if (stop_requested()) {
       interrupted = true;
       result.end_reason = "interrupted";
       break;
@@ -109,91 +131,145 @@ absl::StatusOr<SessionResult> Session::Run(const SessionOptions& options) {
       result.end_reason = why;
       break;
     }
-    std::size_t n = static_cast<std::size_t>(job_.batch_size);
-    if (job_.max_evaluations > 0) {
-      n = std::min<std::size_t>(
-          n, static_cast<std::size_t>(job_.max_evaluations - progress.evaluations));
+    while (!exhausted && queue.size() + batch <= depth) {
+      std::size_t n = batch;
+      if (job_.max_evaluations > 0) {
+        n = std::min<std::size_t>(n, static_cast<std::size_t>(job_.max_evaluations - asked));
+      }
+      if (n == 0) break;
+      const std::vector<Config> got = strategy_.Ask(n);
+      if (got.empty()) {
+        exhausted = true;
+        break;
+      }
+      asked += static_cast<std::int64_t>(got.size());
+      std::vector<Config> to_prepare;
+      for (const Config& c : got) {
+        if (!space.InRange(c)) {
+          return fail(absl::InternalError(StrCat(
+              "strategy ", resolved_strategy_, " proposed a configuration outside the space")));
+        }
+        if (stored.count(space.Key(c)) == 0) to_prepare.push_back(c);
+        queue.push_back(c);
+      }
+      if (!to_prepare.empty()) device_.Prefetch(to_prepare);
     }
-    const std::vector<Config> batch = strategy_.Ask(n);
-    if (batch.empty()) {
+    if (queue.empty()) {
       result.end_reason = "search space exhausted";
       break;
     }
-    for (const Config& config : batch) {
-      if (options.stop != nullptr && options.stop->load()) {
-        interrupted = true;
-        result.end_reason = "interrupted";
-        break;
-      }
-      if (!space.InRange(config)) {
-        return fail(absl::InternalError(StrCat("strategy ", resolved_strategy_,
-                                               " proposed a configuration "
-                                               "outside the space")));
-      }
-      std::string key = space.Key(config);
-      if (!evaluated.insert(key).second) {
-        return fail(absl::InternalError(
-            StrCat("strategy ", resolved_strategy_, " proposed ", key, " twice")));
-      }
-      StoredMeasurement record;
-      if (auto it = stored.find(key); it != stored.end()) {
-        record = it->second;
-        ++progress.replayed;
-        replayed_cost += record.measurement.cost;
+    const Config config = std::move(queue.front());
+    queue.pop_front();
+    std::string key = space.Key(config);
+    if (!evaluated.insert(key).second) {
+      return fail(absl::InternalError(
+          StrCat("strategy ", resolved_strategy_, " proposed ", key, " twice")));
+    }
+    StoredMeasurement record;
+    if (auto it = stored.find(key); it != stored.end()) {
+      record = it->second;
+      ++progress.replayed;
+      replayed_cost += record.measurement.cost;
+    } else {
+      Measurement m;
+      if (int c = space.FirstViolated(config); c >= 0 || !space.IsValid(config)) {
+        m.status = CandidateStatus::kInvalidByConstraint;
+        m.message = c >= 0 ? StrCat("violates constraint ", c, ": ",
+                                    space.constraint_text(static_cast<std::size_t>(c)))
+                           : "not in the space";
       } else {
-        Measurement m;
-        if (int c = space.FirstViolated(config); c >= 0 || !space.IsValid(config)) {
-          m.status = CandidateStatus::kInvalidByConstraint;
-          m.message = c >= 0 ? StrCat("violates constraint ", c, ": ",
-                                      space.constraint_text(static_cast<std::size_t>(c)))
-                             : "not in the space";
-        } else {
-          absl::StatusOr<Measurement> measured = device_.Evaluate(config);
-          if (!measured.ok()) return fail(measured.status());
-          m = *std::move(measured);
-        }
-        record.sequence = next_sequence++;
-        record.key = key;
-        record.config_json = space.ToJson(config).Dump();
-        if (m.ok()) {
-          record.objective = job_.objective.Compute(config, m.time.count());
-          record.loss = job_.objective.Loss(config, m.time.count());
-        }
-        record.measurement = std::move(m);
-        record.measured_at = NowIso8601();
-        if (absl::Status s = store_.AddMeasurement(job_id_, record); !s.ok()) {
-          return fail(s);
-        }
-        new_cost += record.measurement.cost;
+        absl::StatusOr<Measurement> measured = device_.Evaluate(config);
+        if (!measured.ok()) return fail(measured.status());
+        m = *std::move(measured);
       }
-      const Measurement& m = record.measurement;
-      Outcome outcome;
-      outcome.status = m.status;
-      if (m.ok() && record.loss) outcome.loss = *record.loss;
-      strategy_.Tell(config, outcome);
+      record.sequence = next_sequence++;
+      record.key = key;
+      record.config_json = space.ToJson(config).Dump();
+      if (m.ok()) {
+        record.objective = job_.objective.Compute(config, m.time.count());
+        record.loss = job_.objective.Loss(config, m.time.count());
+      }
+      record.measurement = std::move(m);
+      record.measured_at = NowIso8601();
+      if (absl::Status s = store.AddMeasurement(job_id_, record); !s.ok()) return fail(s);
+      new_cost += record.measurement.cost;
+    }
+    const Measurement& m = record.measurement;
+    Outcome outcome;
+    outcome.status = m.status;
+    if (m.ok() && record.loss) {
+      outcome.loss = *record.loss;
+      ranked.emplace_back(*record.loss, config);
+    }
+    strategy_.Tell(config, outcome);
 
-      ++progress.evaluations;
-      ++progress.status_counts[static_cast<std::size_t>(m.status)];
-      if (m.ok() && record.loss && *record.loss < best_loss) {
+    ++progress.evaluations;
+    ++progress.status_counts[static_cast<std::size_t>(m.status)];
+    if (m.ok() && record.loss && *record.loss < best_loss) {
+      best_loss = *record.loss;
+      progress.best_time_ms = m.time.count();
+      progress.best_objective = record.objective;
+      progress.best_key = key;
+      result.best = record;
+    }
+    progress.elapsed = charged();
+    progress.wall = std::chrono::steady_clock::now() - start;
+    if (options.on_progress) options.on_progress(progress);
+  }
+
+  // The final contenders, re-measured interleaved before one is declared
+  // best (on devices that measure; once per job).
+  if (!interrupted && device_.can_remeasure() && !final_round_done && ranked.size() > 1) {
+    const int wanted = job_.spec.measurement().final_contenders() > 0
+                           ? job_.spec.measurement().final_contenders()
+                           : kDefaultFinalContenders;
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Config> contenders;
+    for (std::size_t i = 0; i < ranked.size() && static_cast<int>(i) < wanted; ++i) {
+      contenders.push_back(ranked[i].second);
+    }
+    absl::StatusOr<std::vector<Measurement>> again = device_.Remeasure(contenders);
+    if (!again.ok()) return fail(again.status());
+    KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store.LoadMeasurements(job_id_));
+    std::unordered_map<std::string, StoredMeasurement> by_key;
+    for (StoredMeasurement& m : all) by_key.emplace(m.key, std::move(m));
+    best_loss = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < contenders.size(); ++i) {
+      StoredMeasurement record = by_key.at(space.Key(contenders[i]));
+      Measurement m = (*again)[i];
+      m.conditions.final_round = true;
+      m.compile_time = record.measurement.compile_time;
+      m.cost = record.measurement.cost + m.cost;
+      if (!m.ok()) {
+        // A contender that fails now (it passed before) keeps its first
+        // measurement, with the failure noted.
+        record.measurement.conditions.final_round = true;
+        record.measurement.message = StrCat("re-measurement failed: ", m.message);
+      } else {
+        record.objective = job_.objective.Compute(contenders[i], m.time.count());
+        record.loss = job_.objective.Loss(contenders[i], m.time.count());
+        record.measurement = std::move(m);
+      }
+      if (absl::Status s = store.UpdateMeasurement(job_id_, record); !s.ok()) return fail(s);
+      if (record.measurement.ok() && record.loss && *record.loss < best_loss) {
         best_loss = *record.loss;
-        progress.best_time_ms = m.time.count();
+        progress.best_time_ms = record.measurement.time.count();
         progress.best_objective = record.objective;
-        progress.best_key = key;
+        progress.best_key = record.key;
         result.best = record;
       }
-      progress.elapsed = charged();
-      progress.wall = std::chrono::steady_clock::now() - start;
-      if (options.on_progress) options.on_progress(progress);
-      if (out_of_budget() != nullptr) break;
     }
+    if (absl::Status s = store.RefreshBest(job_id_); !s.ok()) return fail(s);
   }
+
   progress.elapsed = charged();
   progress.wall = std::chrono::steady_clock::now() - start;
   const JobState final_state = interrupted ? JobState::kInterrupted : JobState::kSucceeded;
-  if (absl::Status s = store_.SetJobState(job_id_, final_state, result.end_reason); !s.ok()) {
+  if (absl::Status s = store.SetJobState(job_id_, final_state, result.end_reason); !s.ok()) {
     return s;
   }
-  KTUNE_ASSIGN_OR_RETURN(result.job, store_.GetJob(job_id_));
+  KTUNE_ASSIGN_OR_RETURN(result.job, store.GetJob(job_id_));
   return result;
 }
 

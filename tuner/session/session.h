@@ -58,20 +58,24 @@ struct SessionOptions {
 // Not thread-safe; the references must outlive the session.
 class Session {
  public:
-  Session(const Job& job, Device& device, Store& store, Strategy& strategy,
-          std::string resolved_strategy);
+  Session(const Job& job, Device& device, Strategy& strategy, std::string resolved_strategy);
+
+  // Binds the job to the device (for a GPU: starts the worker, uploads the
+  // arguments, makes the reference). Errors say why the device cannot run
+  // the job; nothing is stored. Run calls it if it was not called.
+  absl::Status Prepare();
 
   // Infrastructure failures (device or store) are errors; the job is then
   // marked failed when the store still works. Candidate failures are data.
-  absl::StatusOr<SessionResult> Run(const SessionOptions& options = {});
+  absl::StatusOr<SessionResult> Run(Store& store, const SessionOptions& options = {});
 
   const std::string& job_id() const { return job_id_; }
 
  private:
   const Job& job_;
   Device& device_;
-  Store& store_;
   Strategy& strategy_;
+  bool prepared_ = false;
   std::string resolved_strategy_;
   std::string job_id_;
 };

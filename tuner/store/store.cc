@@ -99,6 +99,12 @@ CREATE TABLE best (
   PRIMARY KEY (kernel_id, device_id, problem, objective)
 );
 )sql"},
+    // How each measurement was taken (clocks, throttling, launches per
+    // sample, racing, the final round) and its raw samples.
+    {2, R"sql(
+ALTER TABLE measurements ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE measurements ADD COLUMN samples_ms TEXT NOT NULL DEFAULT '[]';
+)sql"},
 };
 
 constexpr const char* kJobColumns = R"sql(
@@ -139,6 +145,64 @@ DeviceInfo ReadDevice(const sqlite::Statement& s, int first) {
   d.multiprocessors = static_cast<int>(s.Int(first + 6));
   d.simulated = s.Int(first + 7) != 0;
   return d;
+}
+
+std::string ConditionsToJson(const Conditions& c) {
+  Json j = Json::MakeObject();
+  j.Set("sm_clock_mhz_before", c.sm_clock_mhz_before);
+  j.Set("sm_clock_mhz_after", c.sm_clock_mhz_after);
+  j.Set("throttled_samples_discarded", c.throttled_samples_discarded);
+  j.Set("launches_per_sample", c.launches_per_sample);
+  j.Set("raced", c.raced);
+  j.Set("final_round", c.final_round);
+  j.Set("registers", c.registers);
+  j.Set("static_shared_bytes", c.static_shared_bytes);
+  j.Set("local_bytes", c.local_bytes);
+  j.Set("gpu_busy_ms", c.gpu_busy.count());
+  return j.Dump();
+}
+
+Conditions ConditionsFromJson(const std::string& text) {
+  Conditions c;
+  absl::StatusOr<Json> j = ParseJson(text);
+  if (!j.ok() || !j->is_object()) return c;
+  auto integer = [&](const char* name) {
+    const Json* v = j->Find(name);
+    return v != nullptr && v->is_int() ? static_cast<int>(v->as_int()) : 0;
+  };
+  auto boolean = [&](const char* name) {
+    const Json* v = j->Find(name);
+    return v != nullptr && v->is_bool() && v->as_bool();
+  };
+  c.sm_clock_mhz_before = integer("sm_clock_mhz_before");
+  c.sm_clock_mhz_after = integer("sm_clock_mhz_after");
+  c.throttled_samples_discarded = integer("throttled_samples_discarded");
+  c.launches_per_sample = integer("launches_per_sample");
+  c.raced = boolean("raced");
+  c.final_round = boolean("final_round");
+  c.registers = integer("registers");
+  c.static_shared_bytes = integer("static_shared_bytes");
+  c.local_bytes = integer("local_bytes");
+  if (const Json* v = j->Find("gpu_busy_ms"); v != nullptr && v->is_number()) {
+    c.gpu_busy = Millis(v->as_double());
+  }
+  return c;
+}
+
+std::string SamplesToJson(const std::vector<double>& samples) {
+  Json a = Json::MakeArray();
+  for (double v : samples) a.Push(v);
+  return a.Dump();
+}
+
+std::vector<double> SamplesFromJson(const std::string& text) {
+  std::vector<double> out;
+  absl::StatusOr<Json> j = ParseJson(text);
+  if (!j.ok() || !j->is_array()) return out;
+  for (const Json& v : j->as_array()) {
+    if (v.is_number()) out.push_back(v.as_double());
+  }
+  return out;
 }
 
 std::optional<double> FiniteOrNull(double v) {
@@ -202,6 +266,9 @@ struct Store::Statements {
   sqlite::Statement bump_evaluations;
   sqlite::Statement upsert_best;
   sqlite::Statement load_measurements;
+  sqlite::Statement update_measurement;
+  sqlite::Statement delete_best;
+  sqlite::Statement insert_best;
 };
 
 Store::Store(sqlite::Db db) : db_(std::move(db)) {}
@@ -324,9 +391,29 @@ UPDATE jobs SET state = ?2, message = ?3, updated_at = ?4 WHERE id = ?1)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_measurement, R"sql(
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms,
   objective, loss, median_ms, mean_ms, min_ms, max_ms, q1_ms, q3_ms,
-  stddev_ms, samples, compile_ms, cost_ms, message, measured_at)
+  stddev_ms, samples, compile_ms, cost_ms, message, measured_at, conditions,
+  samples_ms)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-        ?17, ?18, ?19, ?20))sql"));
+        ?17, ?18, ?19, ?20, ?21, ?22))sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->update_measurement, R"sql(
+UPDATE measurements SET status = ?5, time_ms = ?6, objective = ?7, loss = ?8,
+  median_ms = ?9, mean_ms = ?10, min_ms = ?11, max_ms = ?12, q1_ms = ?13,
+  q3_ms = ?14, stddev_ms = ?15, samples = ?16, compile_ms = ?17, cost_ms = ?18,
+  message = ?19, measured_at = ?20, conditions = ?21, samples_ms = ?22
+WHERE job_id = ?1 AND config_key = ?3)sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->delete_best, R"sql(
+DELETE FROM best WHERE (kernel_id, device_id, problem, objective) =
+  (SELECT kernel_id, device_id, problem, objective FROM jobs WHERE id = ?1))sql"));
+  KTUNE_RETURN_IF_ERROR(prep(st->insert_best, R"sql(
+INSERT INTO best (kernel_id, device_id, problem, objective, job_id, config_key,
+                  config, time_ms, objective_value, loss, updated_at)
+SELECT j.kernel_id, j.device_id, j.problem, j.objective, m.job_id, m.config_key,
+       m.config, m.time_ms, m.objective, m.loss, ?2
+FROM measurements m JOIN jobs j ON j.id = m.job_id
+WHERE (j.kernel_id, j.device_id, j.problem, j.objective) =
+      (SELECT kernel_id, device_id, problem, objective FROM jobs WHERE id = ?1)
+  AND m.status = 'ok' AND m.loss IS NOT NULL
+ORDER BY m.loss, m.job_id, m.seq LIMIT 1)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->bump_evaluations, R"sql(
 UPDATE jobs SET evaluations = evaluations + 1, updated_at = ?2 WHERE id = ?1)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->upsert_best, R"sql(
@@ -343,7 +430,7 @@ WHERE excluded.loss < best.loss)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->load_measurements, R"sql(
 SELECT seq, config_key, config, status, time_ms, objective, loss, median_ms,
        mean_ms, min_ms, max_ms, q1_ms, q3_ms, stddev_ms, samples, compile_ms,
-       cost_ms, message, measured_at
+       cost_ms, message, measured_at, conditions, samples_ms
 FROM measurements WHERE job_id = ?1 ORDER BY seq)sql"));
   stmts_ = std::move(st);
   return absl::OkStatus();
@@ -457,20 +544,20 @@ absl::Status Store::SetJobState(const std::string& job_id, JobState state,
   return absl::OkStatus();
 }
 
-absl::Status Store::AddMeasurement(const std::string& job_id, const StoredMeasurement& m) {
+namespace {
+
+// Binds parameters ?1..?22 of the insert and update statements.
+void BindMeasurement(sqlite::Statement& st, const std::string& job_id,
+                     const StoredMeasurement& m, const std::string& conditions,
+                     const std::string& samples) {
   const Measurement& r = m.measurement;
   const bool ok = r.ok();
-  if (ok && !std::isfinite(r.time.count())) {
-    return absl::InvalidArgumentError("an ok measurement needs a finite time");
-  }
-  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
-  sqlite::Statement& ins = stmts_->insert_measurement;
   const bool has_stats = r.stats.samples > 0;
   auto stat = [&](Millis v) -> std::optional<double> {
     if (!has_stats) return std::nullopt;
     return FiniteOrNull(v.count());
   };
-  ins.Bind(1, std::string_view(job_id))
+  st.Bind(1, std::string_view(job_id))
       .Bind(2, m.sequence)
       .Bind(3, std::string_view(m.key))
       .Bind(4, std::string_view(m.config_json))
@@ -489,7 +576,22 @@ absl::Status Store::AddMeasurement(const std::string& job_id, const StoredMeasur
       .Bind(17, FiniteOrNull(r.compile_time.count()).value_or(0))
       .Bind(18, FiniteOrNull(r.cost.count()).value_or(0))
       .Bind(19, std::string_view(r.message))
-      .Bind(20, std::string_view(m.measured_at.empty() ? NowIso8601() : m.measured_at));
+      .Bind(20, std::string_view(m.measured_at.empty() ? NowIso8601() : m.measured_at))
+      .Bind(21, std::string_view(conditions))
+      .Bind(22, std::string_view(samples));
+}
+
+}  // namespace
+
+absl::Status Store::AddMeasurement(const std::string& job_id, const StoredMeasurement& m) {
+  const Measurement& r = m.measurement;
+  const bool ok = r.ok();
+  if (ok && !std::isfinite(r.time.count())) {
+    return absl::InvalidArgumentError("an ok measurement needs a finite time");
+  }
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  sqlite::Statement& ins = stmts_->insert_measurement;
+  BindMeasurement(ins, job_id, m, ConditionsToJson(r.conditions), SamplesToJson(r.samples_ms));
   KTUNE_RETURN_IF_ERROR(ins.Run());
   const std::string now = NowIso8601();
   sqlite::Statement& bump = stmts_->bump_evaluations;
@@ -506,6 +608,32 @@ absl::Status Store::AddMeasurement(const std::string& job_id, const StoredMeasur
         .Bind(7, std::string_view(now));
     KTUNE_RETURN_IF_ERROR(best.Run());
   }
+  return tx.Commit();
+}
+
+absl::Status Store::UpdateMeasurement(const std::string& job_id, const StoredMeasurement& m) {
+  const Measurement& r = m.measurement;
+  if (r.ok() && !std::isfinite(r.time.count())) {
+    return absl::InvalidArgumentError("an ok measurement needs a finite time");
+  }
+  sqlite::Statement& up = stmts_->update_measurement;
+  BindMeasurement(up, job_id, m, ConditionsToJson(r.conditions), SamplesToJson(r.samples_ms));
+  KTUNE_RETURN_IF_ERROR(up.Run());
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(StrCat("job ", job_id, " has no measurement of ", m.key));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::RefreshBest(const std::string& job_id) {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  sqlite::Statement& del = stmts_->delete_best;
+  del.Bind(1, std::string_view(job_id));
+  KTUNE_RETURN_IF_ERROR(del.Run());
+  const std::string now = NowIso8601();
+  sqlite::Statement& ins = stmts_->insert_best;
+  ins.Bind(1, std::string_view(job_id)).Bind(2, std::string_view(now));
+  KTUNE_RETURN_IF_ERROR(ins.Run());
   return tx.Commit();
 }
 
@@ -541,6 +669,8 @@ absl::StatusOr<std::vector<StoredMeasurement>> Store::LoadMeasurements(const std
     r.cost = Millis(s.Double(16));
     r.message = s.Text(17);
     m.measured_at = s.Text(18);
+    r.conditions = ConditionsFromJson(s.Text(19));
+    r.samples_ms = SamplesFromJson(s.Text(20));
     out.push_back(std::move(m));
     return absl::OkStatus();
   });

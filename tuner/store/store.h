@@ -129,6 +129,16 @@ class Store {
   // was already measured in this job.
   absl::Status AddMeasurement(const std::string& job_id, const StoredMeasurement& m);
 
+  // Replaces the measured values (status, times, statistics, objective,
+  // conditions, message) of a configuration already measured in this job,
+  // keeping its sequence: used for the final contenders' re-measurement.
+  // NOT_FOUND if it was never measured. Call RefreshBest afterwards.
+  absl::Status UpdateMeasurement(const std::string& job_id, const StoredMeasurement& m);
+
+  // Recomputes the best record of the job's kernel, device, problem and
+  // objective from every stored measurement.
+  absl::Status RefreshBest(const std::string& job_id);
+
   // The job's measurements in evaluation order.
   absl::StatusOr<std::vector<StoredMeasurement>> LoadMeasurements(const std::string& job_id);
 

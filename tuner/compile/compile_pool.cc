@@ -1,0 +1,230 @@
+#include "tuner/compile/compile_pool.h"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/status/status.h"
+#include "tuner/base/file.h"
+#include "tuner/base/sha256.h"
+#include "tuner/base/strings.h"
+#include "tuner/compile/nvrtc.h"
+#include "tuner/ipc/subprocess.h"
+
+namespace ktune {
+
+std::string CompileCache::Key(const v1::CompileRequest& request,
+                              const std::string& nvrtc_version) {
+  Sha256 h;
+  auto field = [&](std::string_view s) {
+    h.Update(StrCat(s.size(), ":"));
+    h.Update(s);
+  };
+  field("ktune cubin v1");
+  field(nvrtc_version);
+  field(request.architecture());
+  field(request.kernel_expression());
+  field(request.is_name_expression() ? "name" : "plain");
+  field(request.source());
+  for (const std::string& o : request.options()) field(o);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string key;
+  for (std::uint8_t b : h.Finish()) {
+    key.push_back(kHex[b >> 4]);
+    key.push_back(kHex[b & 15]);
+  }
+  return key;
+}
+
+std::optional<v1::CompileResult> CompileCache::Get(const std::string& key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = memory_.find(key);
+    if (it != memory_.end()) return it->second;
+  }
+  if (dir_.empty()) return std::nullopt;
+  absl::StatusOr<std::string> bytes = ReadFileContents(StrCat(dir_, "/", key, ".bin"));
+  if (!bytes.ok()) return std::nullopt;
+  v1::CompileResult r;
+  if (!r.ParseFromString(*bytes) || !r.error().empty()) return std::nullopt;  // corrupt: recompile
+  std::lock_guard<std::mutex> lock(mu_);
+  memory_.emplace(key, r);
+  return r;
+}
+
+void CompileCache::Put(const std::string& key, const v1::CompileResult& result) {
+  if (!result.error().empty()) return;  // infrastructure failures are not results
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    memory_[key] = result;
+  }
+  if (dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  // A cache that cannot be written only costs recompiles.
+  (void)WriteFileAtomically(StrCat(dir_, "/", key, ".bin"), result.SerializeAsString());
+}
+
+std::string CompileCache::DefaultDir() {
+  if (const char* d = std::getenv("KTUNE_CACHE_DIR"); d != nullptr && *d != '\0') return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x != '\0') {
+    return StrCat(x, "/ktune/cubin");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return StrCat(home, "/.cache/ktune/cubin");
+  }
+  return std::string();
+}
+
+CompilePool::CompilePool(CompilePoolOptions options)
+    : options_(std::move(options)), cache_(options_.cache_dir) {}
+
+absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(CompilePoolOptions options) {
+  if (options.worker_argv.empty()) {
+    return absl::InvalidArgumentError("compile pool: no worker command");
+  }
+  if (options.workers < 1) options.workers = 1;
+  std::unique_ptr<CompilePool> pool(new CompilePool(std::move(options)));
+  for (int i = 0; i < pool->options_.workers; ++i) {
+    pool->threads_.emplace_back([p = pool.get(), i] { p->WorkerLoop(i); });
+  }
+  return pool;
+}
+
+CompilePool::~CompilePool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+  for (Task& t : queue_) {
+    v1::CompileResult r;
+    r.set_id(t.request.id());
+    r.set_error("compile pool stopped");
+    t.promise.set_value(r);
+  }
+}
+
+std::shared_future<v1::CompileResult> CompilePool::Submit(v1::CompileRequest request) {
+  const std::string key = CompileCache::Key(request, options_.nvrtc_version);
+  std::unique_lock<std::mutex> lock(mu_);
+  request.set_id(next_id_++);
+  if (auto it = in_flight_.find(key); it != in_flight_.end()) {
+    ++hits_;
+    return it->second;
+  }
+  lock.unlock();
+  if (std::optional<v1::CompileResult> cached = cache_.Get(key)) {
+    std::promise<v1::CompileResult> p;
+    cached->set_id(request.id());
+    p.set_value(*std::move(cached));
+    lock.lock();
+    ++hits_;
+    return p.get_future().share();
+  }
+  lock.lock();
+  Task task;
+  task.request = std::move(request);
+  task.key = key;
+  std::shared_future<v1::CompileResult> f = task.promise.get_future().share();
+  in_flight_.emplace(key, f);
+  queue_.push_back(std::move(task));
+  lock.unlock();
+  cv_.notify_one();
+  return f;
+}
+
+std::int64_t CompilePool::compiled() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return compiled_;
+}
+
+std::int64_t CompilePool::cache_hits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hits_;
+}
+
+void CompilePool::WorkerLoop(int index) {
+  std::optional<Subprocess> worker;
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    v1::CompileResult result;
+    result.set_id(task.request.id());
+    bool cacheable = true;  // not a timeout or a dead worker: those may pass
+    if (!worker) {
+      std::vector<std::string> argv = options_.worker_argv;
+      argv.push_back("--memory-limit");
+      argv.push_back(std::to_string(options_.memory_limit_bytes));
+      absl::StatusOr<Subprocess> started = Subprocess::Start(argv);
+      if (started.ok()) {
+        worker.emplace(*std::move(started));
+      } else {
+        result.set_error(StrCat("compile worker ", index, ": ", started.status().message()));
+      }
+    }
+    if (worker) {
+      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+      absl::Status s = worker->channel().Send(task.request);
+      if (s.ok()) s = worker->channel().Receive(&result, deadline);
+      if (!s.ok()) {
+        const std::string how = worker->Kill();
+        worker.reset();
+        cacheable = false;
+        result.Clear();
+        result.set_id(task.request.id());
+        result.set_ok(false);
+        if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+          result.set_log(StrCat("compilation stopped after its time limit of ",
+                                options_.timeout.count() / 1000.0, " s"));
+        } else {
+          result.set_log(StrCat("the compiler process died (", how,
+                                "; out of memory past its limit of ",
+                                options_.memory_limit_bytes >> 20, " MiB, or a crash)"));
+        }
+      }
+    }
+    if (cacheable) cache_.Put(task.key, result);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++compiled_;
+    in_flight_.erase(task.key);
+    task.promise.set_value(std::move(result));
+  }
+}
+
+int RunCompileWorker(const std::vector<std::string>& args) {
+  DieWithParent();
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--memory-limit") {
+      const rlim_t limit = std::strtoull(args[i + 1].c_str(), nullptr, 10);
+      if (limit > 0) {
+        rlimit rl{limit, limit};
+        setrlimit(RLIMIT_AS, &rl);
+      }
+    }
+  }
+  MessageChannel channel = ParentChannel();
+  absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  while (true) {
+    v1::CompileRequest request;
+    if (!channel.Receive(&request).ok()) return 0;  // parent gone or done
+    v1::CompileResult result;
+    if (!nvrtc.ok()) {
+      result.set_id(request.id());
+      result.set_error(std::string(nvrtc.status().message()));
+    } else {
+      result = (*nvrtc)->Compile(request);
+    }
+    if (!channel.Send(result).ok()) return 0;
+  }
+}
+
+}  // namespace ktune

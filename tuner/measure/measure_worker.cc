@@ -1,0 +1,821 @@
+#include "tuner/measure/measure_worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ktune/v1/worker.pb.h"
+#include "tuner/base/strings.h"
+#include "tuner/compile/compile_pool.h"
+#include "tuner/compile/nvrtc.h"
+#include "tuner/device/cuda_driver.h"
+#include "tuner/device/nvml.h"
+#include "tuner/ipc/subprocess.h"
+#include "tuner/measure/fill.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Kernels the worker itself needs, compiled once per architecture by NVRTC
+// (and cached on disk like any other image).
+constexpr char kHelperSource[] = R"cuda(
+extern "C" __global__ void ktune_spin(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+__device__ double ktune_h2d(unsigned short h) {
+  const unsigned int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  double v;
+  if (e == 0) v = ldexp((double)m, -24);
+  else if (e == 31) v = m ? __longlong_as_double(0x7ff8000000000000LL)
+                          : __longlong_as_double(0x7ff0000000000000LL);
+  else v = ldexp((double)(m | 0x400), (int)e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+__device__ double ktune_b2d(unsigned short b) {
+  return (double)__uint_as_float(((unsigned int)b) << 16);
+}
+
+#define KTUNE_COMPARE(NAME, T, CONV)                                              \
+  extern "C" __global__ void NAME(const T* out, const T* ref,                    \
+                                  unsigned long long n, double atol, double rtol, \
+                                  unsigned long long* result) {                   \
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; \
+         i < n; i += (unsigned long long)gridDim.x * blockDim.x) {                \
+      const double a = CONV(out[i]), r = CONV(ref[i]);                            \
+      if (isnan(a) || isnan(r) || !(fabs(a - r) <= atol + rtol * fabs(r))) {      \
+        atomicAdd(&result[0], 1ULL);                                              \
+        atomicMin(&result[1], i);                                                 \
+      }                                                                           \
+    }                                                                             \
+  }
+#define KTUNE_PLAIN(x) ((double)(x))
+KTUNE_COMPARE(ktune_compare_f16, unsigned short, ktune_h2d)
+KTUNE_COMPARE(ktune_compare_bf16, unsigned short, ktune_b2d)
+KTUNE_COMPARE(ktune_compare_f32, float, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_f64, double, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_i8, signed char, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_i16, short, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_i32, int, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_i64, long long, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_u8, unsigned char, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_u16, unsigned short, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_u32, unsigned int, KTUNE_PLAIN)
+KTUNE_COMPARE(ktune_compare_u64, unsigned long long, KTUNE_PLAIN)
+)cuda";
+
+constexpr std::size_t kGuardBytes = 4096;
+constexpr unsigned char kGuardByte = 0xa5;
+constexpr unsigned char kPoisonByte = 0xff;  // NaN for floats, -1 for ints
+constexpr auto kIdleGap = std::chrono::milliseconds(200);
+constexpr int kChunk = 4;  // samples enqueued before one synchronisation
+
+std::string FormatUuid(const CUuuid& u) {
+  char buf[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  std::snprintf(buf, sizeof buf,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return buf;
+}
+
+v1::WorkerDevices ListDevices() {
+  v1::WorkerDevices out;
+  absl::StatusOr<const cuda::Api*> loaded = cuda::Load();
+  if (!loaded.ok()) {
+    out.set_error(std::string(loaded.status().message()));
+    return out;
+  }
+  const cuda::Api& api = **loaded;
+  int count = 0;
+  int driver = 0;
+  api.cuDriverGetVersion(&driver);
+  if (auto s = cuda::Check(api, api.cuDeviceGetCount(&count), "cuDeviceGetCount"); !s.ok()) {
+    out.set_error(std::string(s.message()));
+    return out;
+  }
+  for (int i = 0; i < count; ++i) {
+    CUdevice d = 0;
+    if (api.cuDeviceGet(&d, i) != CUDA_SUCCESS) continue;
+    v1::WorkerDeviceInfo* info = out.add_devices();
+    info->set_ordinal(i);
+    char name[256] = {};
+    api.cuDeviceGetName(name, sizeof name, d);
+    info->set_name(name);
+    CUuuid uuid;
+    if (api.cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS) info->set_uuid(FormatUuid(uuid));
+    int v = 0;
+    api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    info->set_major(v);
+    api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+    info->set_minor(v);
+    api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+    info->set_multiprocessors(v);
+    api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d);
+    info->set_l2_bytes(v);
+    api.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d);
+    info->set_max_shared_per_block_optin(v);
+    std::size_t mem = 0;
+    api.cuDeviceTotalMem(&mem, d);
+    info->set_memory_bytes(static_cast<std::int64_t>(mem));
+    info->set_driver_version(driver);
+  }
+  return out;
+}
+
+double FirstQuartile(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = 0.25 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+// Relative standard error of the mean.
+double RelativeError(const std::vector<double>& v) {
+  if (v.size() < 2) return INFINITY;
+  double sum = 0;
+  for (double x : v) sum += x;
+  const double mean = sum / static_cast<double>(v.size());
+  double sq = 0;
+  for (double x : v) sq += (x - mean) * (x - mean);
+  const double sd = std::sqrt(sq / static_cast<double>(v.size() - 1));
+  return mean > 0 ? sd / std::sqrt(static_cast<double>(v.size())) / mean : INFINITY;
+}
+
+class Worker {
+ public:
+  explicit Worker(const cuda::Api& api) : api_(api) {}
+
+  absl::Status Setup(const v1::WorkerSetup& setup, std::string* device_name);
+  v1::WorkerMeasurement Measure(const v1::WorkerCandidate& candidate);
+
+ private:
+  struct Buffer {
+    v1::WorkerBuffer spec;
+    std::size_t bytes = 0;
+    cuda::DeviceMemory memory;     // guard | data | guard
+    CUdeviceptr data = 0;
+    cuda::DeviceMemory pristine;   // inputs the kernel also writes
+    cuda::DeviceMemory reference;  // verified outputs' expected contents
+    bool has_reference = false;
+  };
+
+  absl::Status Check(CUresult rc, const char* call) { return cuda::Check(api_, rc, call); }
+  absl::Status CompileHelpers(const std::string& arch);
+  absl::Status Upload(Buffer& b);
+  absl::Status ResetGuards(CUstream s);
+  absl::Status RestoreInputs(CUstream s);
+  absl::Status PoisonOutputs(CUstream s);
+  absl::Status WarmUp();
+  // Compares buffer `b` with its reference; "" when equal.
+  absl::StatusOr<std::string> Compare(const Buffer& b);
+  absl::StatusOr<std::string> CheckGuards();
+
+  const cuda::Api& api_;
+  std::optional<cuda::Context> context_;
+  cuda::Stream stream_;
+  cuda::Stream copy_stream_;
+  std::vector<cuda::Event> starts_, ends_;
+  cuda::Event first_start_, first_end_;
+  v1::WorkerSetup setup_;
+  std::vector<Buffer> buffers_;
+  cuda::DeviceMemory flush_;
+  cuda::DeviceMemory scratch_;  // compare results
+  cuda::PinnedMemory host_small_;
+  cuda::Module helpers_;
+  CUfunction spin_ = nullptr;
+  std::vector<CUfunction> compare_;  // by ElementType
+  Nvml nvml_;
+  int multiprocessors_ = 1;
+  int max_shared_optin_ = 48 * 1024;
+  Clock::time_point last_activity_{};
+  std::uint32_t flush_counter_ = 0;
+};
+
+absl::Status Worker::CompileHelpers(const std::string& arch) {
+  absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  if (!nvrtc.ok()) return nvrtc.status();
+  v1::CompileRequest req;
+  req.set_source(kHelperSource);
+  req.set_source_name("ktune_helpers.cu");
+  req.set_kernel_expression("ktune_spin");
+  req.set_architecture(arch);
+  req.add_options("-std=c++17");
+  CompileCache cache(CompileCache::DefaultDir());
+  const std::string key = CompileCache::Key(req, (*nvrtc)->version_text());
+  std::optional<v1::CompileResult> result = cache.Get(key);
+  if (!result) {
+    result = (*nvrtc)->Compile(req);
+    if (result->ok()) cache.Put(key, *result);
+  }
+  if (!result->ok()) {
+    return absl::InternalError(
+        StrCat("compiling ktune's helper kernels failed: ", result->error(), result->log()));
+  }
+  absl::StatusOr<cuda::Module> m = cuda::LoadModule(api_, result->cubin());
+  if (!m.ok()) return m.status();
+  helpers_ = *std::move(m);
+  if (auto s = Check(api_.cuModuleGetFunction(&spin_, helpers_.get(), "ktune_spin"),
+                     "cuModuleGetFunction(ktune_spin)");
+      !s.ok()) {
+    return s;
+  }
+  compare_.assign(v1::ElementType_ARRAYSIZE, nullptr);
+  for (int t = v1::ELEMENT_F16; t <= v1::ELEMENT_U64; ++t) {
+    const auto type = static_cast<v1::ElementType>(t);
+    const std::string name = StrCat("ktune_compare_", ElementName(type));
+    if (auto s = Check(api_.cuModuleGetFunction(&compare_[static_cast<std::size_t>(t)],
+                                                helpers_.get(), name.c_str()),
+                       "cuModuleGetFunction");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Upload(Buffer& b) {
+  if (b.bytes == 0) return absl::OkStatus();
+  absl::StatusOr<cuda::PinnedMemory> staging = cuda::PinnedMemory::Allocate(api_, b.bytes);
+  if (!staging.ok()) return staging.status();
+  if (absl::Status s = FillBuffer(b.spec, staging->get()); !s.ok()) return s;
+  CUstream cs = copy_stream_.get();
+  if (auto s = Check(api_.cuMemcpyHtoDAsync(b.data, staging->get(), b.bytes, cs),
+                     "cuMemcpyHtoDAsync");
+      !s.ok()) {
+    return s;
+  }
+  if (b.pristine.get() != 0) {
+    if (auto s = Check(api_.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, cs),
+                       "cuMemcpyDtoDAsync");
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!b.spec.expected().empty()) {
+    if (b.spec.expected().size() != b.bytes) {
+      return absl::InvalidArgumentError(
+          StrCat("argument ", b.spec.name(), ": the expected data has ", b.spec.expected().size(),
+                 " bytes, the buffer ", b.bytes));
+    }
+    std::memcpy(staging->get(), b.spec.expected().data(), b.bytes);
+    if (auto s = Check(api_.cuMemcpyHtoDAsync(b.reference.get(), staging->get(), b.bytes, cs),
+                       "cuMemcpyHtoDAsync");
+        !s.ok()) {
+      return s;
+    }
+    b.has_reference = true;
+  }
+  // The staging buffer is freed when this returns: wait for the copies.
+  return Check(api_.cuStreamSynchronize(cs), "cuStreamSynchronize");
+}
+
+absl::Status Worker::Setup(const v1::WorkerSetup& setup, std::string* device_name) {
+  setup_ = setup;
+  buffers_.clear();
+  absl::StatusOr<cuda::Context> ctx = cuda::Context::Open(api_, setup.device_ordinal());
+  if (!ctx.ok()) return ctx.status();
+  context_.emplace(*std::move(ctx));
+  const CUdevice d = context_->device();
+  char name[256] = {};
+  api_.cuDeviceGetName(name, sizeof name, d);
+  *device_name = name;
+  int major = 0, minor = 0, l2 = 0;
+  api_.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+  api_.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  api_.cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+  api_.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d);
+  api_.cuDeviceGetAttribute(&max_shared_optin_,
+                            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d);
+  CUuuid uuid;
+  if (api_.cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS) nvml_ = Nvml::ForUuid(FormatUuid(uuid));
+
+  if (auto s = CompileHelpers(StrCat("sm_", major, minor)); !s.ok()) return s;
+  absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
+  if (!st.ok()) return st.status();
+  stream_ = *std::move(st);
+  st = cuda::CreateStream(api_);
+  if (!st.ok()) return st.status();
+  copy_stream_ = *std::move(st);
+  starts_.clear();
+  ends_.clear();
+  for (int i = 0; i < kChunk; ++i) {
+    absl::StatusOr<cuda::Event> a = cuda::CreateEvent(api_);
+    absl::StatusOr<cuda::Event> b = cuda::CreateEvent(api_);
+    if (!a.ok()) return a.status();
+    if (!b.ok()) return b.status();
+    starts_.push_back(*std::move(a));
+    ends_.push_back(*std::move(b));
+  }
+  absl::StatusOr<cuda::Event> e = cuda::CreateEvent(api_);
+  if (!e.ok()) return e.status();
+  first_start_ = *std::move(e);
+  e = cuda::CreateEvent(api_);
+  if (!e.ok()) return e.status();
+  first_end_ = *std::move(e);
+
+  absl::StatusOr<cuda::DeviceMemory> scratch = cuda::DeviceMemory::Allocate(api_, 64);
+  if (!scratch.ok()) return scratch.status();
+  scratch_ = *std::move(scratch);
+  absl::StatusOr<cuda::PinnedMemory> small = cuda::PinnedMemory::Allocate(api_, 2 * kGuardBytes);
+  if (!small.ok()) return small.status();
+  host_small_ = *std::move(small);
+  if (setup.settings().flush_l2() && l2 > 0) {
+    absl::StatusOr<cuda::DeviceMemory> f =
+        cuda::DeviceMemory::Allocate(api_, 2 * static_cast<std::size_t>(l2));
+    if (!f.ok()) return f.status();
+    flush_ = *std::move(f);
+  }
+
+  for (const v1::WorkerBuffer& spec : setup.buffers()) {
+    Buffer b;
+    b.spec = spec;
+    b.bytes = static_cast<std::size_t>(spec.elements()) * ElementBytes(spec.type());
+    absl::StatusOr<cuda::DeviceMemory> m =
+        cuda::DeviceMemory::Allocate(api_, b.bytes + 2 * kGuardBytes);
+    if (!m.ok()) {
+      return absl::ResourceExhaustedError(
+          StrCat("argument ", spec.name(), ": ", m.status().message()));
+    }
+    b.memory = *std::move(m);
+    b.data = b.memory.get() + kGuardBytes;
+    if (spec.input() && spec.output()) {
+      absl::StatusOr<cuda::DeviceMemory> p = cuda::DeviceMemory::Allocate(api_, b.bytes);
+      if (!p.ok()) return p.status();
+      b.pristine = *std::move(p);
+    }
+    if (spec.output()) {
+      absl::StatusOr<cuda::DeviceMemory> r = cuda::DeviceMemory::Allocate(api_, b.bytes);
+      if (!r.ok()) return r.status();
+      b.reference = *std::move(r);
+    }
+    buffers_.push_back(std::move(b));
+  }
+  for (Buffer& b : buffers_) {
+    if (auto s = Upload(b); !s.ok()) return s;
+  }
+  if (auto s = ResetGuards(stream_.get()); !s.ok()) return s;
+  if (auto s = Check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize"); !s.ok()) {
+    return s;
+  }
+  last_activity_ = Clock::time_point{};  // warm up before the first sample
+  return absl::OkStatus();
+}
+
+absl::Status Worker::ResetGuards(CUstream s) {
+  for (const Buffer& b : buffers_) {
+    if (auto st = Check(api_.cuMemsetD8Async(b.memory.get(), kGuardByte, kGuardBytes, s),
+                        "cuMemsetD8Async");
+        !st.ok()) {
+      return st;
+    }
+    if (auto st = Check(api_.cuMemsetD8Async(b.data + b.bytes, kGuardByte, kGuardBytes, s),
+                        "cuMemsetD8Async");
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::RestoreInputs(CUstream s) {
+  for (const Buffer& b : buffers_) {
+    if (b.pristine.get() == 0) continue;
+    if (auto st = Check(api_.cuMemcpyDtoDAsync(b.data, b.pristine.get(), b.bytes, s),
+                        "cuMemcpyDtoDAsync");
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::PoisonOutputs(CUstream s) {
+  for (const Buffer& b : buffers_) {
+    if (!b.spec.output() || b.spec.input()) continue;
+    if (auto st = Check(api_.cuMemsetD8Async(b.data, kPoisonByte, b.bytes, s), "cuMemsetD8Async");
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::WarmUp() {
+  const double ms = setup_.settings().warmup_ms();
+  if (ms <= 0) return absl::OkStatus();
+  unsigned long long ns = static_cast<unsigned long long>(ms * 1e6);
+  void* args[] = {&ns};
+  if (auto s = Check(api_.cuLaunchKernel(spin_, static_cast<unsigned>(multiprocessors_) * 2, 1, 1,
+                                         128, 1, 1, 0, stream_.get(), args, nullptr),
+                     "cuLaunchKernel(warm-up)");
+      !s.ok()) {
+    return s;
+  }
+  return Check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize");
+}
+
+absl::StatusOr<std::string> Worker::Compare(const Buffer& b) {
+  CUstream s = stream_.get();
+  if (auto st = Check(api_.cuMemsetD8Async(scratch_.get(), 0, 8, s), "cuMemsetD8Async"); !st.ok()) {
+    return st;
+  }
+  if (auto st = Check(api_.cuMemsetD8Async(scratch_.get() + 8, 0xff, 8, s), "cuMemsetD8Async");
+      !st.ok()) {
+    return st;
+  }
+  CUdeviceptr out = b.data, ref = b.reference.get(), result = scratch_.get();
+  unsigned long long n = static_cast<unsigned long long>(b.spec.elements());
+  double atol = setup_.settings().atol(), rtol = setup_.settings().rtol();
+  void* args[] = {&out, &ref, &n, &atol, &rtol, &result};
+  const unsigned blocks =
+      static_cast<unsigned>(std::min<unsigned long long>((n + 255) / 256,
+                                                          static_cast<unsigned long long>(multiprocessors_) * 16));
+  CUfunction f = compare_[static_cast<std::size_t>(b.spec.type())];
+  if (auto st = Check(api_.cuLaunchKernel(f, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args,
+                                          nullptr),
+                      "cuLaunchKernel(compare)");
+      !st.ok()) {
+    return st;
+  }
+  auto* host = static_cast<unsigned long long*>(host_small_.get());
+  if (auto st = Check(api_.cuMemcpyDtoHAsync(host, scratch_.get(), 16, s), "cuMemcpyDtoHAsync");
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
+  const unsigned long long bad = host[0], first = host[1];
+  if (bad == 0) return std::string();
+  // The first differing element, for the message.
+  const std::size_t eb = ElementBytes(b.spec.type());
+  char* h = static_cast<char*>(host_small_.get());
+  if (auto st = Check(api_.cuMemcpyDtoHAsync(h, b.data + first * eb, eb, s), "cuMemcpyDtoHAsync");
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = Check(api_.cuMemcpyDtoHAsync(h + 16, ref + first * eb, eb, s), "cuMemcpyDtoHAsync");
+      !st.ok()) {
+    return st;
+  }
+  if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
+  return StrCat(bad, " of ", n, " elements of ", b.spec.name(), " differ from the reference",
+                " (atol ", atol, ", rtol ", rtol, "); the first at index ", first, ": ",
+                ElementAsDouble(b.spec.type(), h, 0), " instead of ",
+                ElementAsDouble(b.spec.type(), h + 16, 0));
+}
+
+absl::StatusOr<std::string> Worker::CheckGuards() {
+  CUstream s = stream_.get();
+  auto* h = static_cast<unsigned char*>(host_small_.get());
+  for (const Buffer& b : buffers_) {
+    if (auto st = Check(api_.cuMemcpyDtoHAsync(h, b.memory.get(), kGuardBytes, s),
+                        "cuMemcpyDtoHAsync");
+        !st.ok()) {
+      return st;
+    }
+    if (auto st = Check(api_.cuMemcpyDtoHAsync(h + kGuardBytes, b.data + b.bytes, kGuardBytes, s),
+                        "cuMemcpyDtoHAsync");
+        !st.ok()) {
+      return st;
+    }
+    if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
+    for (std::size_t i = 0; i < 2 * kGuardBytes; ++i) {
+      if (h[i] != kGuardByte) {
+        return StrCat("the kernel wrote outside argument ", b.spec.name(), " (",
+                      i < kGuardBytes ? StrCat(kGuardBytes - i, " bytes before its start")
+                                      : StrCat(i - kGuardBytes, " bytes past its end"),
+                      ")");
+      }
+    }
+  }
+  return std::string();
+}
+
+v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
+  const auto start = Clock::now();
+  v1::WorkerMeasurement out;
+  out.set_id(c.id());
+  const v1::WorkerSettings& settings = setup_.settings();
+  CUstream s = stream_.get();
+  auto finish = [&]() -> v1::WorkerMeasurement {
+    out.set_wall_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    last_activity_ = Clock::now();
+    return out;
+  };
+  auto launch_error = [&](const std::string& message) {
+    out.set_status("launch_error");
+    out.set_message(message);
+    return finish();
+  };
+  // Classifies a failed call: sticky errors end the context.
+  auto cuda_failure = [&](CUresult rc, const char* call, bool launch) {
+    const absl::Status st = Check(rc, call);
+    if (cuda::IsStickyError(rc)) {
+      out.set_status("runtime_fault");
+      out.set_context_lost(true);
+    } else {
+      out.set_status(launch ? "launch_error" : "runtime_fault");
+    }
+    out.set_message(std::string(st.message()));
+    return finish();
+  };
+  auto infra = [&](const absl::Status& st) {
+    out.set_status("runtime_fault");
+    out.set_message(std::string(st.message()));
+    out.set_context_lost(true);  // be safe: start over in a fresh process
+    return finish();
+  };
+
+  absl::StatusOr<cuda::Module> module = cuda::LoadModule(api_, c.cubin());
+  if (!module.ok()) return launch_error(std::string(module.status().message()));
+  CUfunction f = nullptr;
+  if (CUresult rc = api_.cuModuleGetFunction(&f, module->get(), c.function().c_str());
+      rc != CUDA_SUCCESS) {
+    return launch_error(StrCat("the image has no kernel named ", c.function(), ": ",
+                               Check(rc, "cuModuleGetFunction").message()));
+  }
+  int regs = 0, static_shared = 0, local = 0, max_threads = 0;
+  api_.cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+  api_.cuFuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+  api_.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+  api_.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+  out.set_registers(regs);
+  out.set_static_shared_bytes(static_shared);
+  out.set_local_bytes(local);
+  const std::uint64_t threads =
+      std::uint64_t{c.block().x()} * c.block().y() * c.block().z();
+  if (threads > static_cast<std::uint64_t>(max_threads)) {
+    return launch_error(StrCat("the block has ", threads, " threads; this kernel allows at most ",
+                               max_threads, " (it uses ", regs, " registers per thread)"));
+  }
+  const unsigned dynamic_shared = c.shared_memory_bytes();
+  if (dynamic_shared > 48 * 1024) {
+    if (static_cast<int>(dynamic_shared) + static_shared > max_shared_optin_) {
+      return launch_error(StrCat("the kernel asks for ", dynamic_shared + static_shared,
+                                 " bytes of shared memory; the device allows ", max_shared_optin_));
+    }
+    if (CUresult rc = api_.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                              static_cast<int>(dynamic_shared));
+        rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "cuFuncSetAttribute", true);
+    }
+  }
+  // Kernel parameters.
+  std::vector<CUdeviceptr> pointers(buffers_.size());
+  for (std::size_t i = 0; i < buffers_.size(); ++i) pointers[i] = buffers_[i].data;
+  std::vector<std::string> scalars(c.scalars().begin(), c.scalars().end());
+  std::vector<void*> params;
+  std::size_t next_scalar = 0;
+  for (int index : setup_.argument_buffers()) {
+    if (index >= 0) {
+      params.push_back(&pointers[static_cast<std::size_t>(index)]);
+    } else {
+      if (next_scalar >= scalars.size()) {
+        return infra(absl::InternalError("fewer scalar arguments than the kernel takes"));
+      }
+      params.push_back(scalars[next_scalar++].data());
+    }
+  }
+  auto launch = [&](CUstream stream) {
+    return api_.cuLaunchKernel(f, c.grid().x(), c.grid().y(), c.grid().z(), c.block().x(),
+                               c.block().y(), c.block().z(), dynamic_shared, stream,
+                               params.data(), nullptr);
+  };
+
+  // 1. The untimed first launch, which is also the verification run.
+  if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
+  if (auto st = PoisonOutputs(s); !st.ok()) return infra(st);
+  if (auto st = ResetGuards(s); !st.ok()) return infra(st);
+  api_.cuEventRecord(first_start_.get(), s);
+  if (CUresult rc = launch(s); rc != CUDA_SUCCESS) return cuda_failure(rc, "cuLaunchKernel", true);
+  api_.cuEventRecord(first_end_.get(), s);
+  if (CUresult rc = api_.cuStreamSynchronize(s); rc != CUDA_SUCCESS) {
+    return cuda_failure(rc, "running the kernel", false);
+  }
+  float first_ms = 0;
+  api_.cuEventElapsedTime(&first_ms, first_start_.get(), first_end_.get());
+  if (absl::StatusOr<std::string> guard = CheckGuards(); !guard.ok()) {
+    return infra(guard.status());
+  } else if (!guard->empty()) {
+    out.set_status("wrong_result");
+    out.set_message(*guard);
+    return finish();
+  }
+  if (c.make_reference()) {
+    for (int index : setup_.verified()) {
+      Buffer& b = buffers_[static_cast<std::size_t>(index)];
+      if (CUresult rc = api_.cuMemcpyDtoDAsync(b.reference.get(), b.data, b.bytes, s);
+          rc != CUDA_SUCCESS) {
+        return cuda_failure(rc, "cuMemcpyDtoDAsync", false);
+      }
+      b.has_reference = true;
+    }
+    if (CUresult rc = api_.cuStreamSynchronize(s); rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "cuStreamSynchronize", false);
+    }
+    out.set_status("ok");
+    out.add_samples_ms(first_ms);
+    out.set_launches_per_sample(1);
+    return finish();
+  }
+  if (c.verify()) {
+    for (int index : setup_.verified()) {
+      const Buffer& b = buffers_[static_cast<std::size_t>(index)];
+      if (!b.has_reference) continue;
+      absl::StatusOr<std::string> diff = Compare(b);
+      if (!diff.ok()) return infra(diff.status());
+      if (!diff->empty()) {
+        out.set_status("wrong_result");
+        out.set_message(*diff);
+        return finish();
+      }
+    }
+  }
+
+  // 2. Warm-up after start or an idle gap (the GPU clocks down when idle).
+  if (Clock::now() - last_activity_ > kIdleGap) {
+    if (auto st = WarmUp(); !st.ok()) return infra(st);
+  }
+
+  // 3. How many launches make a sample: one, unless the kernel is short.
+  const bool restore = std::any_of(buffers_.begin(), buffers_.end(),
+                                   [](const Buffer& b) { return b.pristine.get() != 0; });
+  float second_ms = first_ms;
+  {
+    if (restore) {
+      if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
+    }
+    api_.cuEventRecord(first_start_.get(), s);
+    if (CUresult rc = launch(s); rc != CUDA_SUCCESS) return cuda_failure(rc, "cuLaunchKernel", true);
+    api_.cuEventRecord(first_end_.get(), s);
+    if (CUresult rc = api_.cuEventSynchronize(first_end_.get()); rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "running the kernel", false);
+    }
+    api_.cuEventElapsedTime(&second_ms, first_start_.get(), first_end_.get());
+  }
+  int per_sample = 1;
+  if (settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
+    per_sample = static_cast<int>(std::ceil(5 * settings.short_kernel_ms() /
+                                            std::max(second_ms, 1e-4f)));
+    per_sample = std::clamp(per_sample, 1, 1000);
+  }
+  out.set_launches_per_sample(per_sample);
+  cuda::Graph graph;
+  cuda::GraphExec graph_exec;
+  if (per_sample > 1 && settings.use_graphs()) {
+    if (CUresult rc = api_.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        rc == CUDA_SUCCESS) {
+      for (int k = 0; k < per_sample; ++k) launch(s);
+      CUgraph g = nullptr;
+      if (api_.cuStreamEndCapture(s, &g) == CUDA_SUCCESS && g != nullptr) {
+        graph = cuda::Graph(&api_, g);
+        CUgraphExec ge = nullptr;
+        if (api_.cuGraphInstantiate(&ge, g, 0) == CUDA_SUCCESS) graph_exec = cuda::GraphExec(&api_, ge);
+      }
+    }
+  }
+
+  // 4. Samples, enqueued kChunk at a time so the GPU never waits on us.
+  out.set_sm_clock_mhz_before(nvml_.SmClockMhz());
+  std::vector<double> samples;
+  double busy = 0;
+  int discarded = 0;
+  const int min_samples = std::max(1, settings.min_samples());
+  const int max_samples = std::max(min_samples, settings.max_samples());
+  while (true) {
+    const int n = std::min(kChunk, max_samples - static_cast<int>(samples.size()));
+    if (n <= 0) break;
+    const bool throttled_before = nvml_.Throttled();
+    for (int i = 0; i < n; ++i) {
+      if (restore) {
+        if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
+      }
+      if (flush_.get() != 0) {
+        if (CUresult rc = api_.cuMemsetD32Async(flush_.get(), ++flush_counter_,
+                                                flush_.size_bytes() / 4, s);
+            rc != CUDA_SUCCESS) {
+          return cuda_failure(rc, "cuMemsetD32Async(flush)", false);
+        }
+      }
+      api_.cuEventRecord(starts_[static_cast<std::size_t>(i)].get(), s);
+      if (graph_exec) {
+        if (CUresult rc = api_.cuGraphLaunch(graph_exec.get(), s); rc != CUDA_SUCCESS) {
+          return cuda_failure(rc, "cuGraphLaunch", true);
+        }
+      } else {
+        for (int k = 0; k < per_sample; ++k) {
+          if (CUresult rc = launch(s); rc != CUDA_SUCCESS) {
+            return cuda_failure(rc, "cuLaunchKernel", true);
+          }
+        }
+      }
+      api_.cuEventRecord(ends_[static_cast<std::size_t>(i)].get(), s);
+    }
+    if (CUresult rc = api_.cuEventSynchronize(ends_[static_cast<std::size_t>(n - 1)].get());
+        rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "running the kernel", false);
+    }
+    const bool throttled = throttled_before || nvml_.Throttled();
+    for (int i = 0; i < n; ++i) {
+      float ms = 0;
+      api_.cuEventElapsedTime(&ms, starts_[static_cast<std::size_t>(i)].get(),
+                              ends_[static_cast<std::size_t>(i)].get());
+      busy += ms;
+      if (throttled) {
+        ++discarded;
+      } else {
+        samples.push_back(static_cast<double>(ms) / per_sample);
+      }
+    }
+    if (discarded > 4 * max_samples) break;  // throttled throughout: give up
+    const int count = static_cast<int>(samples.size());
+    const double elapsed =
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (count >= max_samples) break;
+    if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() && count >= 1) {
+      break;
+    }
+    if (!c.no_racing() && settings.racing_factor() > 0 && c.best_ms() > 0 &&
+        count >= std::max(1, settings.racing_min_samples()) &&
+        FirstQuartile(samples) > settings.racing_factor() * c.best_ms()) {
+      out.set_raced(true);
+      break;
+    }
+    if (count >= min_samples && RelativeError(samples) < settings.target_relative_noise()) break;
+  }
+  out.set_sm_clock_mhz_after(nvml_.SmClockMhz());
+  out.set_throttled_samples_discarded(discarded);
+  out.set_gpu_busy_ms(busy);
+  if (samples.empty()) {
+    out.set_status("runtime_fault");
+    out.set_message("every sample was taken while the GPU was throttled");
+    return finish();
+  }
+  for (double v : samples) out.add_samples_ms(v);
+  out.set_status("ok");
+  return finish();
+}
+
+}  // namespace
+
+int RunMeasureWorker(const std::vector<std::string>& args) {
+  (void)args;
+  DieWithParent();
+  MessageChannel channel = ParentChannel();
+  std::unique_ptr<Worker> worker;
+  while (true) {
+    v1::WorkerRequest request;
+    if (!channel.Receive(&request).ok()) return 0;
+    v1::WorkerResponse response;
+    switch (request.request_case()) {
+      case v1::WorkerRequest::kListDevices:
+        *response.mutable_devices() = ListDevices();
+        break;
+      case v1::WorkerRequest::kSetup: {
+        absl::StatusOr<const cuda::Api*> api = cuda::Load();
+        if (!api.ok()) {
+          response.set_error(std::string(api.status().message()));
+          break;
+        }
+        worker = std::make_unique<Worker>(**api);
+        std::string name;
+        if (absl::Status s = worker->Setup(request.setup(), &name); !s.ok()) {
+          response.set_error(std::string(s.message()));
+          worker.reset();
+        } else {
+          response.set_setup_done(name);
+        }
+        break;
+      }
+      case v1::WorkerRequest::kCandidate:
+        if (worker == nullptr) {
+          response.set_error("candidate before setup");
+        } else {
+          *response.mutable_measurement() = worker->Measure(request.candidate());
+        }
+        break;
+      default:
+        response.set_error("unknown request");
+    }
+    const bool lost = response.has_measurement() && response.measurement().context_lost();
+    if (!channel.Send(response).ok()) return 0;
+    // After a sticky error only a new process recovers.
+    if (lost) return 3;
+  }
+}
+
+}  // namespace ktune
