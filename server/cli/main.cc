@@ -26,6 +26,12 @@
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
 #include "tuner/device/simulated_device.h"
+#include "tuner/ipc/subprocess.h"
+#ifdef KTUNE_HAVE_CUDA
+#include "tuner/compile/compile_pool.h"
+#include "tuner/device/cuda_device.h"
+#include "tuner/measure/measure_worker.h"
+#endif
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -78,20 +84,29 @@ const CommandSpec kTuneCommand{
     "tune",
     "ktune tune [SPEC.json] --local --device DEVICE [flags]",
     "Runs a tuning job on this machine and stores every measurement.\n"
-    "DEVICE is sim:FILE (replay a recorded Kernel Tuner cache or T4 file).\n"
+    "DEVICE is a GPU (0, cuda:0 or a UUID; see ktune devices) or sim:FILE\n"
+    "(replay a recorded Kernel Tuner cache or T4 file).\n"
     "Without SPEC.json and with a simulated device, the space is the recorded\n"
     "file's parameters and configurations. Running the same job again resumes\n"
     "it: finished configurations are never measured twice.",
     {{"local", "", "run here, without a daemon"},
-     {"device", "DEVICE", "where to run: sim:FILE"},
+     {"device", "DEVICE", "where to run: 0, cuda:0, a GPU UUID, or sim:FILE"},
      kDbFlag,
      {"strategy", "NAME", "search strategy (auto, brute_force, random)"},
      {"max-evals", "N", "stop after N evaluations"},
      {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
      {"seed", "N", "seed of the strategy (default 0)"},
      {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
+     {"compile-workers", "N", "NVRTC worker processes (default: one per core)"},
      kJsonFlag},
     1};
+
+const CommandSpec kDevicesCommand{
+    "devices",
+    "ktune devices [--json]",
+    "Lists this machine's CUDA GPUs: name, architecture, memory, driver.",
+    {kJsonFlag},
+    0};
 
 const CommandSpec kBestCommand{
     "best",
@@ -128,6 +143,8 @@ std::string MainHelp() {
                 "  best      print the best stored configuration of a kernel\n"
                 "  jobs      list stored jobs\n"
                 "  show      show one job and its measurements\n"
+                "  devices   list this machine's GPUs\n"
+                "  devices   list this machine's GPUs\n"
                 "  version   print the version\n\n"
                 "Run 'ktune COMMAND --help' for a command's flags.\n");
 }
@@ -204,6 +221,30 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_{};
 };
 
+WorkerProgram SelfProgram() { return WorkerProgram{SelfExecutable()}; }
+
+// Opens the GPU a selector names ("0", "cuda:0", a UUID).
+absl::StatusOr<std::unique_ptr<Device>> OpenGpu(const std::string& selector, std::int64_t workers) {
+#ifdef KTUNE_HAVE_CUDA
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(SelfProgram());
+  if (!gpus.ok()) return gpus.status();
+  absl::StatusOr<v1::WorkerDeviceInfo> gpu = SelectCudaDevice(*gpus, selector);
+  if (!gpu.ok()) return gpu.status();
+  CudaDeviceOptions options;
+  options.program = SelfProgram();
+  options.compile_workers = static_cast<int>(workers);
+  options.cache_dir = CompileCache::DefaultDir();
+  absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, options);
+  if (!d.ok()) return d.status();
+  return std::unique_ptr<Device>(*std::move(d));
+#else
+  (void)selector;
+  (void)workers;
+  return absl::FailedPreconditionError(
+      "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
+#endif
+}
+
 std::string DirOf(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -258,28 +299,44 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
                    "ktune tune: no device; give --device sim:FILE (or name one in the "
                    "job file's device.devices)"};
   }
-  if (device_arg.rfind("sim:", 0) != 0) {
-    return Failure{kExitInvalidInput, StrCat("--device ", device_arg,
-                                             ": this build runs simulated devices only (sim:FILE); "
-                                             "the CUDA device is not available yet")};
+  std::unique_ptr<Device> device;
+  SimulatedDevice* sim = nullptr;
+  if (device_arg.rfind("sim:", 0) == 0) {
+    std::string sim_path = device_arg.substr(4);
+    if (sim_path.empty()) return Failure{kExitInvalidInput, "--device sim:: empty file name"};
+    if (sim_path[0] != '/' && device_base != ".") sim_path = StrCat(device_base, "/", sim_path);
+    absl::StatusOr<std::unique_ptr<SimulatedDevice>> opened = SimulatedDevice::Open(sim_path);
+    if (!opened.ok()) {
+      return Failure{kExitInvalidInput,
+                     StrCat("--device ", device_arg, ": ", opened.status().message())};
+    }
+    absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
+    if (!speed.ok()) return InvalidInput(speed.status());
+    if (*speed && **speed > 0) (*opened)->set_speed(**speed);
+    sim = opened->get();
+    device = *std::move(opened);
+  } else {
+    if (!has_spec) {
+      return Failure{kExitInvalidInput, StrCat("--device ", device_arg,
+                                               ": a GPU tunes a kernel given by a job file "
+                                               "(ktune tune SPEC.json ...)")};
+    }
+    absl::StatusOr<std::optional<std::int64_t>> workers = args.GetInt("compile-workers", 1, 1024);
+    if (!workers.ok()) return InvalidInput(workers.status());
+    absl::StatusOr<std::unique_ptr<Device>> gpu = OpenGpu(device_arg, workers->value_or(0));
+    if (!gpu.ok()) {
+      return Failure{gpu.status().code() == absl::StatusCode::kInvalidArgument ? kExitInvalidInput
+                                                                               : kExitError,
+                     StrCat("--device ", device_arg, ": ", gpu.status().message())};
+    }
+    device = *std::move(gpu);
   }
-  std::string sim_path = device_arg.substr(4);
-  if (sim_path.empty()) return Failure{kExitInvalidInput, "--device sim:: empty file name"};
-  if (sim_path[0] != '/' && device_base != ".") sim_path = StrCat(device_base, "/", sim_path);
-  absl::StatusOr<std::unique_ptr<SimulatedDevice>> device = SimulatedDevice::Open(sim_path);
-  if (!device.ok()) {
-    return Failure{kExitInvalidInput,
-                   StrCat("--device ", device_arg, ": ", device.status().message())};
-  }
-  absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
-  if (!speed.ok()) return InvalidInput(speed.status());
-  if (*speed && **speed > 0) (*device)->set_speed(**speed);
   spec.mutable_device()->clear_devices();
   spec.mutable_device()->add_devices(device_arg);
 
   // 3. The job.
   absl::StatusOr<Job> job =
-      has_spec ? ResolveJob(spec, base_dir) : JobForRecording((*device)->recording(), spec);
+      has_spec ? ResolveJob(spec, base_dir) : JobForRecording(sim->recording(), spec);
   if (!job.ok()) {
     return Failure{kExitInvalidInput,
                    has_spec ? StrCat(args.positional()[0], ": ", job.status().message())
@@ -304,7 +361,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
 
   // 5. Bind the job to the device (for a GPU: worker, arguments,
   // reference), still before anything is stored.
-  Session session(*job, **device, **strat, resolved);
+  Session session(*job, *device, **strat, resolved);
   if (absl::Status s = session.Prepare(); !s.ok()) {
     return s.code() == absl::StatusCode::kInvalidArgument ? InvalidInput(s) : Error(s);
   }
@@ -324,7 +381,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   ProgressLine line(count.count > UINT64_MAX ? UINT64_MAX
                                              : static_cast<std::uint64_t>(count.count));
   std::fprintf(stderr, "ktune: job %s: %s on %s, strategy %s, %s configurations\n",
-               session.job_id().c_str(), job->kernel_name.c_str(), (*device)->info().name.c_str(),
+               session.job_id().c_str(), job->kernel_name.c_str(), device->info().name.c_str(),
                resolved.c_str(),
                StrCat(count.exact ? "" : "~", static_cast<std::uint64_t>(count.count)).c_str());
   InstallSignalHandlers();
@@ -352,7 +409,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
     Json out = Json::MakeObject();
     out.Set("job_id", result->job.id);
     out.Set("kernel", job->kernel_name);
-    out.Set("device", (*device)->info().name);
+    out.Set("device", device->info().name);
     out.Set("strategy", resolved);
     out.Set("evaluations", p.evaluations);
     if (result->best) {
@@ -381,8 +438,8 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   } else {
     std::cout << "job       " << result->job.id << "\n"
               << "kernel    " << job->kernel_name << "\n"
-              << "device    " << (*device)->info().name
-              << ((*device)->info().simulated ? " (replayed)" : "") << "\n"
+              << "device    " << device->info().name
+              << (device->info().simulated ? " (replayed)" : "") << "\n"
               << "strategy  " << resolved << "\n"
               << "evaluated " << p.evaluations << " (" << counts << ")\n";
     if (result->best) {
@@ -533,8 +590,66 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   return std::nullopt;
 }
 
+std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
+#ifdef KTUNE_HAVE_CUDA
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(SelfProgram());
+#else
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = absl::FailedPreconditionError(
+      "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
+#endif
+  if (args.Has("json")) {
+    Json out = Json::MakeObject();
+    Json list = Json::MakeArray();
+    if (gpus.ok()) {
+      for (const v1::WorkerDeviceInfo& g : *gpus) {
+        Json d = Json::MakeObject();
+        d.Set("id", StrCat("cuda:", g.ordinal()));
+        d.Set("name", g.name());
+        d.Set("architecture", StrCat("sm_", g.major(), g.minor()));
+        d.Set("uuid", g.uuid());
+        d.Set("memory_bytes", g.memory_bytes());
+        d.Set("multiprocessors", g.multiprocessors());
+        d.Set("l2_bytes", g.l2_bytes());
+        d.Set("driver", StrCat(g.driver_version() / 1000, ".", (g.driver_version() % 1000) / 10));
+        list.Push(std::move(d));
+      }
+    }
+    out.Set("devices", std::move(list));
+    if (!gpus.ok()) out.Set("error", std::string(gpus.status().message()));
+    std::cout << out.Dump() << "\n";
+  } else if (gpus.ok()) {
+    std::printf("%-8s  %-28s  %-6s  %10s  %4s  %-7s  %s\n", "ID", "NAME", "ARCH", "MEMORY", "SMS",
+                "DRIVER", "UUID");
+    for (const v1::WorkerDeviceInfo& g : *gpus) {
+      std::printf("%-8s  %-28s  %-6s  %7lld MiB  %4d  %-7s  %s\n",
+                  StrCat("cuda:", g.ordinal()).c_str(), g.name().c_str(),
+                  StrCat("sm_", g.major(), g.minor()).c_str(),
+                  static_cast<long long>(g.memory_bytes() >> 20), g.multiprocessors(),
+                  StrCat(g.driver_version() / 1000, ".", (g.driver_version() % 1000) / 10).c_str(),
+                  g.uuid().c_str());
+    }
+  }
+  if (!gpus.ok()) {
+    if (!args.Has("json")) std::cerr << "ktune devices: " << gpus.status().message() << "\n";
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> all(argv + 1, argv + argc);
+  // Worker processes are this same program (see tuner/ipc).
+  if (!all.empty() && all[0] == "__worker") {
+#ifdef KTUNE_HAVE_CUDA
+    const std::vector<std::string> rest(all.begin() + 2, all.end());
+    if (all.size() >= 2 && all[1] == "compile") return RunCompileWorker(rest);
+    if (all.size() >= 2 && all[1] == "measure") return RunMeasureWorker(rest);
+#endif
+    std::cerr << "ktune: unknown worker\n";
+    return kExitError;
+  }
   if (all.empty() || all[0] == "help" || all[0] == "--help" || all[0] == "-h") {
     std::cout << MainHelp();
     return all.empty() ? kExitInvalidInput : kExitOk;
@@ -559,6 +674,9 @@ int Main(int argc, char** argv) {
   } else if (command == "show") {
     spec = &kShowCommand;
     run = RunShow;
+  } else if (command == "devices") {
+    spec = &kDevicesCommand;
+    run = RunDevices;
   } else {
     std::cerr << "ktune: unknown command '" << command << "'\n\n" << MainHelp();
     return kExitInvalidInput;

@@ -372,7 +372,6 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "--seed"}, "--seed needs a value"},
       {{"tune", "--local"}, "no device"},
       {{"tune", "--device", cache}, "give --local"},
-      {{"tune", "--local", "--device", "cuda:0"}, "--device cuda:0"},
       {{"tune", "--local", "--device", cache, "a.json", "b.json"}, "unexpected argument 'b.json'"},
       {{"best"}, "--kernel NAME is required"},
       {{"best", "--kernel", "k", "--problem", "N"}, "--problem: 'N' is not name=value"},
@@ -392,6 +391,10 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   EXPECT_EQ(foreign.code, 2);
   EXPECT_THAT(foreign.err, HasSubstr("not a ktune database"));
   EXPECT_EQ(Slurp(foreign_db), foreign_before);
+  // A GPU device needs a job file with the kernel source.
+  const RunResult no_spec = Run({"tune", "--local", "--device", "cuda:0", "--db", Db()});
+  EXPECT_EQ(no_spec.code, 2);
+  EXPECT_THAT(no_spec.err, HasSubstr("a GPU tunes a kernel given by a job file"));
   const RunResult missing = Run({"jobs", "--db", dir_ + "/none.db"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(access((dir_ + "/none.db").c_str(), F_OK), 0);
@@ -402,8 +405,21 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   EXPECT_EQ(s->ListJobs()->size(), 1u);
 }
 
+TEST_F(CliTest, WithoutADriverTheGpuCommandsSaySo) {
+  const RunResult devices = Run({"devices"});
+  if (devices.code == 0) GTEST_SKIP() << "this machine has a GPU";
+  EXPECT_EQ(devices.code, 1);
+  EXPECT_THAT(devices.err, HasSubstr("only simulated devices"));
+  const RunResult tune = Run({"tune", std::string(KTUNE_SOURCE_DIR) + "/kernels/saxpy.json",
+                              "--local", "--device", "0", "--db", Db()});
+  EXPECT_EQ(tune.code, 1);
+  EXPECT_THAT(tune.err, HasSubstr("--device 0: "));
+  EXPECT_THAT(tune.err, HasSubstr("simulated devices"));
+  EXPECT_NE(access(Db().c_str(), F_OK), 0);  // nothing was stored
+}
+
 TEST_F(CliTest, HelpEverywhere) {
-  for (const char* cmd : {"tune", "best", "jobs", "show"}) {
+  for (const char* cmd : {"tune", "best", "jobs", "show", "devices"}) {
     const RunResult r = Run({cmd, "--help"});
     EXPECT_EQ(r.code, 0) << cmd;
     EXPECT_THAT(r.out, HasSubstr("Usage: ktune " + std::string(cmd))) << cmd;

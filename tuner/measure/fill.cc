@@ -55,11 +55,12 @@ std::uint16_t FloatToHalf(float f) {
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // overflow
   if (abs < 0x38800000u) {  // subnormal or zero in half
     if (abs < 0x33000000u) return static_cast<std::uint16_t>(sign);
+    // value = mant * 2^(e - 150); in units of 2^-24 that is mant >> (126 - e).
     const std::uint32_t shift = 126 - (abs >> 23);
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    std::uint32_t h = mant >> (shift + 1);
-    const std::uint32_t rem = mant & ((1u << (shift + 1)) - 1);
-    const std::uint32_t half = 1u << shift;
+    std::uint32_t h = mant >> shift;
+    const std::uint32_t rem = mant & ((1u << shift) - 1);
+    const std::uint32_t half = 1u << (shift - 1);
     if (rem > half || (rem == half && (h & 1u))) ++h;
     return static_cast<std::uint16_t>(sign | h);
   }
@@ -155,21 +156,20 @@ absl::Status FillBuffer(const v1::WorkerBuffer& buffer, void* out) {
       return absl::OkStatus();
     case v1::WorkerBuffer::kIota:
       for (std::size_t i = 0; i < n; ++i) {
-        StoreAs(type, out, i, buffer.iota().start() + buffer.iota().step() * static_cast<double>(i));
+        StoreAs(type, out, i,
+                buffer.iota().start() + buffer.iota().step() * static_cast<double>(i));
       }
       return absl::OkStatus();
     case v1::WorkerBuffer::kData:
       if (buffer.data().size() != bytes) {
         return absl::InvalidArgumentError(StrCat("argument ", buffer.name(), ": the data has ",
-                                                 buffer.data().size(), " bytes, the buffer ",
-                                                 bytes, " (", n, " ", ElementName(type), ")"));
+                                                 buffer.data().size(), " bytes, the buffer ", bytes,
+                                                 " (", n, " ", ElementName(type), ")"));
       }
       std::memcpy(out, buffer.data().data(), bytes);
       return absl::OkStatus();
     case v1::WorkerBuffer::kZeros:
-    case v1::WorkerBuffer::INIT_NOT_SET:
-      std::memset(out, 0, bytes);
-      return absl::OkStatus();
+    case v1::WorkerBuffer::INIT_NOT_SET: std::memset(out, 0, bytes); return absl::OkStatus();
   }
   return absl::OkStatus();
 }

@@ -167,7 +167,7 @@ class Worker {
   struct Buffer {
     v1::WorkerBuffer spec;
     std::size_t bytes = 0;
-    cuda::DeviceMemory memory;     // guard | data | guard
+    cuda::DeviceMemory memory;  // guard | data | guard
     CUdeviceptr data = 0;
     cuda::DeviceMemory pristine;   // inputs the kernel also writes
     cuda::DeviceMemory reference;  // verified outputs' expected contents
@@ -254,8 +254,8 @@ absl::Status Worker::Upload(Buffer& b) {
   if (!staging.ok()) return staging.status();
   if (absl::Status s = FillBuffer(b.spec, staging->get()); !s.ok()) return s;
   CUstream cs = copy_stream_.get();
-  if (auto s = Check(api_.cuMemcpyHtoDAsync(b.data, staging->get(), b.bytes, cs),
-                     "cuMemcpyHtoDAsync");
+  if (auto s =
+          Check(api_.cuMemcpyHtoDAsync(b.data, staging->get(), b.bytes, cs), "cuMemcpyHtoDAsync");
       !s.ok()) {
     return s;
   }
@@ -268,9 +268,9 @@ absl::Status Worker::Upload(Buffer& b) {
   }
   if (!b.spec.expected().empty()) {
     if (b.spec.expected().size() != b.bytes) {
-      return absl::InvalidArgumentError(
-          StrCat("argument ", b.spec.name(), ": the expected data has ", b.spec.expected().size(),
-                 " bytes, the buffer ", b.bytes));
+      return absl::InvalidArgumentError(StrCat("argument ", b.spec.name(),
+                                               ": the expected data has ", b.spec.expected().size(),
+                                               " bytes, the buffer ", b.bytes));
     }
     std::memcpy(staging->get(), b.spec.expected().data(), b.bytes);
     if (auto s = Check(api_.cuMemcpyHtoDAsync(b.reference.get(), staging->get(), b.bytes, cs),
@@ -442,13 +442,12 @@ absl::StatusOr<std::string> Worker::Compare(const Buffer& b) {
   unsigned long long n = static_cast<unsigned long long>(b.spec.elements());
   double atol = setup_.settings().atol(), rtol = setup_.settings().rtol();
   void* args[] = {&out, &ref, &n, &atol, &rtol, &result};
-  const unsigned blocks =
-      static_cast<unsigned>(std::min<unsigned long long>((n + 255) / 256,
-                                                          static_cast<unsigned long long>(multiprocessors_) * 16));
+  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
+      (n + 255) / 256, static_cast<unsigned long long>(multiprocessors_) * 16));
   CUfunction f = compare_[static_cast<std::size_t>(b.spec.type())];
-  if (auto st = Check(api_.cuLaunchKernel(f, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args,
-                                          nullptr),
-                      "cuLaunchKernel(compare)");
+  if (auto st =
+          Check(api_.cuLaunchKernel(f, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args, nullptr),
+                "cuLaunchKernel(compare)");
       !st.ok()) {
     return st;
   }
@@ -482,8 +481,8 @@ absl::StatusOr<std::string> Worker::CheckGuards() {
   CUstream s = stream_.get();
   auto* h = static_cast<unsigned char*>(host_small_.get());
   for (const Buffer& b : buffers_) {
-    if (auto st = Check(api_.cuMemcpyDtoHAsync(h, b.memory.get(), kGuardBytes, s),
-                        "cuMemcpyDtoHAsync");
+    if (auto st =
+            Check(api_.cuMemcpyDtoHAsync(h, b.memory.get(), kGuardBytes, s), "cuMemcpyDtoHAsync");
         !st.ok()) {
       return st;
     }
@@ -556,8 +555,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   out.set_registers(regs);
   out.set_static_shared_bytes(static_shared);
   out.set_local_bytes(local);
-  const std::uint64_t threads =
-      std::uint64_t{c.block().x()} * c.block().y() * c.block().z();
+  const std::uint64_t threads = std::uint64_t{c.block().x()} * c.block().y() * c.block().z();
   if (threads > static_cast<std::uint64_t>(max_threads)) {
     return launch_error(StrCat("the block has ", threads, " threads; this kernel allows at most ",
                                max_threads, " (it uses ", regs, " registers per thread)"));
@@ -592,22 +590,29 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   }
   auto launch = [&](CUstream stream) {
     return api_.cuLaunchKernel(f, c.grid().x(), c.grid().y(), c.grid().z(), c.block().x(),
-                               c.block().y(), c.block().z(), dynamic_shared, stream,
-                               params.data(), nullptr);
+                               c.block().y(), c.block().z(), dynamic_shared, stream, params.data(),
+                               nullptr);
   };
 
   // 1. The untimed first launch, which is also the verification run.
   if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
   if (auto st = PoisonOutputs(s); !st.ok()) return infra(st);
   if (auto st = ResetGuards(s); !st.ok()) return infra(st);
-  api_.cuEventRecord(first_start_.get(), s);
+  if (CUresult rc = api_.cuEventRecord(first_start_.get(), s); rc != CUDA_SUCCESS) {
+    return cuda_failure(rc, "cuEventRecord", false);
+  }
   if (CUresult rc = launch(s); rc != CUDA_SUCCESS) return cuda_failure(rc, "cuLaunchKernel", true);
-  api_.cuEventRecord(first_end_.get(), s);
+  if (CUresult rc = api_.cuEventRecord(first_end_.get(), s); rc != CUDA_SUCCESS) {
+    return cuda_failure(rc, "cuEventRecord", false);
+  }
   if (CUresult rc = api_.cuStreamSynchronize(s); rc != CUDA_SUCCESS) {
     return cuda_failure(rc, "running the kernel", false);
   }
   float first_ms = 0;
-  api_.cuEventElapsedTime(&first_ms, first_start_.get(), first_end_.get());
+  if (CUresult rc = api_.cuEventElapsedTime(&first_ms, first_start_.get(), first_end_.get());
+      rc != CUDA_SUCCESS) {
+    return cuda_failure(rc, "cuEventElapsedTime", false);
+  }
   if (absl::StatusOr<std::string> guard = CheckGuards(); !guard.ok()) {
     return infra(guard.status());
   } else if (!guard->empty()) {
@@ -659,18 +664,26 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     if (restore) {
       if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
     }
-    api_.cuEventRecord(first_start_.get(), s);
-    if (CUresult rc = launch(s); rc != CUDA_SUCCESS) return cuda_failure(rc, "cuLaunchKernel", true);
-    api_.cuEventRecord(first_end_.get(), s);
+    if (CUresult rc = api_.cuEventRecord(first_start_.get(), s); rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "cuEventRecord", false);
+    }
+    if (CUresult rc = launch(s); rc != CUDA_SUCCESS)
+      return cuda_failure(rc, "cuLaunchKernel", true);
+    if (CUresult rc = api_.cuEventRecord(first_end_.get(), s); rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "cuEventRecord", false);
+    }
     if (CUresult rc = api_.cuEventSynchronize(first_end_.get()); rc != CUDA_SUCCESS) {
       return cuda_failure(rc, "running the kernel", false);
     }
-    api_.cuEventElapsedTime(&second_ms, first_start_.get(), first_end_.get());
+    if (CUresult rc = api_.cuEventElapsedTime(&second_ms, first_start_.get(), first_end_.get());
+        rc != CUDA_SUCCESS) {
+      return cuda_failure(rc, "cuEventElapsedTime", false);
+    }
   }
   int per_sample = 1;
   if (settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
-    per_sample = static_cast<int>(std::ceil(5 * settings.short_kernel_ms() /
-                                            std::max(second_ms, 1e-4f)));
+    per_sample =
+        static_cast<int>(std::ceil(5 * settings.short_kernel_ms() / std::max(second_ms, 1e-4f)));
     per_sample = std::clamp(per_sample, 1, 1000);
   }
   out.set_launches_per_sample(per_sample);
@@ -684,7 +697,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       if (api_.cuStreamEndCapture(s, &g) == CUDA_SUCCESS && g != nullptr) {
         graph = cuda::Graph(&api_, g);
         CUgraphExec ge = nullptr;
-        if (api_.cuGraphInstantiate(&ge, g, 0) == CUDA_SUCCESS) graph_exec = cuda::GraphExec(&api_, ge);
+        if (api_.cuGraphInstantiate(&ge, g, 0) == CUDA_SUCCESS)
+          graph_exec = cuda::GraphExec(&api_, ge);
       }
     }
   }
@@ -705,13 +719,16 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
         if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
       }
       if (flush_.get() != 0) {
-        if (CUresult rc = api_.cuMemsetD32Async(flush_.get(), ++flush_counter_,
-                                                flush_.size_bytes() / 4, s);
+        if (CUresult rc =
+                api_.cuMemsetD32Async(flush_.get(), ++flush_counter_, flush_.size_bytes() / 4, s);
             rc != CUDA_SUCCESS) {
           return cuda_failure(rc, "cuMemsetD32Async(flush)", false);
         }
       }
-      api_.cuEventRecord(starts_[static_cast<std::size_t>(i)].get(), s);
+      if (CUresult rc = api_.cuEventRecord(starts_[static_cast<std::size_t>(i)].get(), s);
+          rc != CUDA_SUCCESS) {
+        return cuda_failure(rc, "cuEventRecord", false);
+      }
       if (graph_exec) {
         if (CUresult rc = api_.cuGraphLaunch(graph_exec.get(), s); rc != CUDA_SUCCESS) {
           return cuda_failure(rc, "cuGraphLaunch", true);
@@ -723,7 +740,10 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
           }
         }
       }
-      api_.cuEventRecord(ends_[static_cast<std::size_t>(i)].get(), s);
+      if (CUresult rc = api_.cuEventRecord(ends_[static_cast<std::size_t>(i)].get(), s);
+          rc != CUDA_SUCCESS) {
+        return cuda_failure(rc, "cuEventRecord", false);
+      }
     }
     if (CUresult rc = api_.cuEventSynchronize(ends_[static_cast<std::size_t>(n - 1)].get());
         rc != CUDA_SUCCESS) {
@@ -732,8 +752,11 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     const bool throttled = throttled_before || nvml_.Throttled();
     for (int i = 0; i < n; ++i) {
       float ms = 0;
-      api_.cuEventElapsedTime(&ms, starts_[static_cast<std::size_t>(i)].get(),
-                              ends_[static_cast<std::size_t>(i)].get());
+      if (CUresult rc = api_.cuEventElapsedTime(&ms, starts_[static_cast<std::size_t>(i)].get(),
+                                                ends_[static_cast<std::size_t>(i)].get());
+          rc != CUDA_SUCCESS) {
+        return cuda_failure(rc, "cuEventElapsedTime", false);
+      }
       busy += ms;
       if (throttled) {
         ++discarded;
@@ -743,8 +766,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     }
     if (discarded > 4 * max_samples) break;  // throttled throughout: give up
     const int count = static_cast<int>(samples.size());
-    const double elapsed =
-        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (count >= max_samples) break;
     if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() && count >= 1) {
       break;
@@ -772,6 +794,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
 
 }  // namespace
 
+const char* MeasureHelperSource() { return kHelperSource; }
+
 int RunMeasureWorker(const std::vector<std::string>& args) {
   (void)args;
   DieWithParent();
@@ -782,9 +806,7 @@ int RunMeasureWorker(const std::vector<std::string>& args) {
     if (!channel.Receive(&request).ok()) return 0;
     v1::WorkerResponse response;
     switch (request.request_case()) {
-      case v1::WorkerRequest::kListDevices:
-        *response.mutable_devices() = ListDevices();
-        break;
+      case v1::WorkerRequest::kListDevices: *response.mutable_devices() = ListDevices(); break;
       case v1::WorkerRequest::kSetup: {
         absl::StatusOr<const cuda::Api*> api = cuda::Load();
         if (!api.ok()) {
@@ -808,8 +830,7 @@ int RunMeasureWorker(const std::vector<std::string>& args) {
           *response.mutable_measurement() = worker->Measure(request.candidate());
         }
         break;
-      default:
-        response.set_error("unknown request");
+      default: response.set_error("unknown request");
     }
     const bool lost = response.has_measurement() && response.measurement().context_lost();
     if (!channel.Send(response).ok()) return 0;

@@ -30,6 +30,9 @@ namespace ktune {
 // The worker's main loop. Returns the process exit code.
 int RunMeasureWorker(const std::vector<std::string>& args);
 
+// The CUDA source of the worker's own kernels (warm-up, comparison).
+const char* MeasureHelperSource();
+
 }  // namespace ktune
 
 #endif  // KTUNE_TUNER_MEASURE_MEASURE_WORKER_H_

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Makes a relocatable bundle of ktune: the binaries and every shared library
+# they need except the C library family, libstdc++/libgcc_s (a newer system
+# has newer ones), the CUDA driver and NVRTC (taken from the machine it runs
+# on: ktune loads them at run time). This is how ktune runs on GPU nodes
+# without the development packages.
+#
+#   deploy/bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build/default bundle)
+#
+# Then, on the target: OUT_DIR/run.sh ktune devices
+set -euo pipefail
+build=${1:-build/default}
+out=${2:-bundle}
+[ -x "$build/server/ktune" ] || { echo "bundle: no $build/server/ktune; build first" >&2; exit 1; }
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+bins=("$build/server/ktune")
+for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench"; do
+  [ -x "$extra" ] && bins+=("$extra")
+done
+cp "${bins[@]}" "$out/bin/"
+# Debug information stays in the build tree.
+strip --strip-unneeded "$out"/bin/* 2>/dev/null || true
+
+for b in "${bins[@]}"; do ldd "$b"; done |
+  awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|ld-linux*|\
+      libstdc++.so*|libgcc_s.so*|libcuda.so*|libnvrtc*|libnvidia-ml*) ;;
+      *) cp -L "$lib" "$out/lib/" && strip --strip-unneeded "$out/lib/$(basename "$lib")" 2>/dev/null || true ;;
+    esac
+  done
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs a program of this bundle with the bundle's libraries first.
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export KTUNE_BIN="$here/bin/ktune"
+prog=${1:?usage: run.sh PROGRAM [ARGS...]}
+shift
+exec "$here/bin/$prog" "$@"
+RUN
+chmod +x "$out/run.sh"
+echo "bundle: $(du -sh "$out" | cut -f1) in $out ($(ls "$out/lib" | wc -l) libraries)"

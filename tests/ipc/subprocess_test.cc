@@ -1,0 +1,71 @@
+#include "tuner/ipc/subprocess.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "ktune/v1/worker.pb.h"
+
+namespace ktune {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<Subprocess>);
+static_assert(!std::is_copy_constructible_v<Subprocess>);
+static_assert(std::is_nothrow_move_constructible_v<FileDescriptor>);
+static_assert(!std::is_copy_constructible_v<FileDescriptor>);
+
+TEST(SubprocessTest, MessagesRoundTripThroughAnEchoingChild) {
+  // cat echoes the framed bytes back: what is sent is what is received.
+  absl::StatusOr<Subprocess> p = Subprocess::Start({"/bin/cat"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  v1::CompileRequest sent;
+  sent.set_id(42);
+  sent.set_source(std::string(200000, 'x'));  // larger than a socket buffer
+  sent.add_options("-DA=1");
+  ASSERT_TRUE(p->channel().Send(sent).ok());
+  v1::CompileRequest got;
+  ASSERT_TRUE(
+      p->channel().Receive(&got, std::chrono::steady_clock::now() + std::chrono::seconds(10)).ok());
+  EXPECT_EQ(got.id(), 42u);
+  EXPECT_EQ(got.source(), sent.source());
+  EXPECT_EQ(got.options(0), "-DA=1");
+}
+
+TEST(SubprocessTest, DeadlinesAndDeathAreReported) {
+  absl::StatusOr<Subprocess> sleeper = Subprocess::Start({"/bin/sleep", "30"});
+  ASSERT_TRUE(sleeper.ok());
+  v1::CompileResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = sleeper->channel().Receive(&r, t0 + std::chrono::milliseconds(100));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(sleeper->Kill(), "killed by signal 9 (Killed)");
+
+  absl::StatusOr<Subprocess> quitter = Subprocess::Start({"/bin/true"});
+  ASSERT_TRUE(quitter.ok());
+  s = quitter->channel().Receive(&r, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  // Writing to a dead child is an error, not SIGPIPE.
+  for (int i = 0; i < 3; ++i) (void)quitter->channel().Send(r);
+  EXPECT_EQ(quitter->Kill(), "exit code 0");
+}
+
+TEST(SubprocessTest, GarbageIsDataLoss) {
+  absl::StatusOr<Subprocess> p =
+      Subprocess::Start({"/bin/sh", "-c", "printf '\\004\\000\\000\\000\\377\\377\\377\\377'"});
+  ASSERT_TRUE(p.ok());
+  v1::CompileResult r;
+  absl::Status s =
+      p->channel().Receive(&r, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(SubprocessTest, MissingProgramIsAnError) {
+  absl::StatusOr<Subprocess> p = Subprocess::Start({"/nonexistent/program"});
+  // posix_spawn may report the failure at once or as exit code 127.
+  if (p.ok()) {
+    EXPECT_EQ(p->Kill().substr(0, 9), "exit code");
+  }
+}
+
+}  // namespace
+}  // namespace ktune

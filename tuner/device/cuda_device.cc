@@ -1,0 +1,768 @@
+#include "tuner/device/cuda_device.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "tuner/base/file.h"
+#include "tuner/base/sha256.h"
+#include "tuner/base/status_macros.h"
+#include "tuner/base/strings.h"
+#include "tuner/compile/nvrtc.h"
+#include "tuner/measure/fill.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr double kDefaultAtol = 1e-5;
+constexpr double kDefaultRtol = 1e-4;
+constexpr int kFinalRounds = 3;
+
+double Seconds(Millis m) { return m.count() / 1e3; }
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Millis FromDuration(const google::protobuf::Duration& d) {
+  return Millis(static_cast<double>(d.seconds()) * 1e3 + static_cast<double>(d.nanos()) * 1e-6);
+}
+
+// The value of a parameter as C++ source text (a macro body or a template
+// argument).
+std::string SourceText(const Value& v, bool template_argument) {
+  if (const bool* b = std::get_if<bool>(&v)) {
+    return template_argument ? (*b ? "true" : "false") : (*b ? "1" : "0");
+  }
+  return FormatValue(v);
+}
+
+std::uint64_t SeedFor(const std::string& name) {
+  const std::string h = Sha256Hex(name);
+  return std::stoull(h.substr(0, 15), nullptr, 16);
+}
+
+std::string ScalarBytes(v1::ElementType type, double v, std::int64_t i, bool is_int) {
+  std::string out;
+  auto put = [&](auto x) { out.assign(reinterpret_cast<const char*>(&x), sizeof x); };
+  const std::int64_t iv = is_int ? i : static_cast<std::int64_t>(v);
+  const double dv = is_int ? static_cast<double>(i) : v;
+  switch (type) {
+    case v1::ELEMENT_F16: put(FloatToHalf(static_cast<float>(dv))); break;
+    case v1::ELEMENT_BF16: put(FloatToBfloat16(static_cast<float>(dv))); break;
+    case v1::ELEMENT_F32: put(static_cast<float>(dv)); break;
+    case v1::ELEMENT_F64: put(dv); break;
+    case v1::ELEMENT_I8: put(static_cast<std::int8_t>(iv)); break;
+    case v1::ELEMENT_I16: put(static_cast<std::int16_t>(iv)); break;
+    case v1::ELEMENT_I32: put(static_cast<std::int32_t>(iv)); break;
+    case v1::ELEMENT_I64: put(iv); break;
+    case v1::ELEMENT_U8: put(static_cast<std::uint8_t>(iv)); break;
+    case v1::ELEMENT_U16: put(static_cast<std::uint16_t>(iv)); break;
+    case v1::ELEMENT_U32: put(static_cast<std::uint32_t>(iv)); break;
+    case v1::ELEMENT_U64: put(static_cast<std::uint64_t>(iv)); break;
+    default: break;
+  }
+  return out;
+}
+
+}  // namespace
+
+v1::CompileRequest BuildCompileRequest(const v1::JobSpec& spec, const std::string& source,
+                                       const std::string& base_dir, const Space& space,
+                                       const Config& config, const std::string& arch) {
+  const v1::Kernel& k = spec.kernel();
+  v1::CompileRequest req;
+  const std::string name = k.source_case() == v1::Kernel::kFile ? k.file() : "kernel.cu";
+  req.set_source_name(name);
+  req.set_architecture(arch);
+  req.set_is_name_expression(true);
+  bool has_std = false;
+  for (const std::string& o : k.compiler_options()) {
+    req.add_options(o);
+    has_std = has_std || o.rfind("-std", 0) == 0 || o.rfind("--std", 0) == 0;
+  }
+  if (!has_std) req.add_options("--std=c++17");
+  for (const std::string& inc : k.include_paths()) {
+    req.add_options(StrCat("-I", inc.empty() || inc[0] == '/' ? inc : StrCat(base_dir, "/", inc)));
+  }
+  // Macros go at the top of the source rather than in -D options: NVRTC's
+  // built-in headers come before the source, and a parameter named like an
+  // identifier in them (`mode`, say) would break them. #line keeps the
+  // compiler's messages pointing at the user's lines.
+  std::string prelude;
+  for (const auto& [macro, value] : k.defines())
+    prelude += StrCat("#define ", macro, " ", value, "\n");
+  const bool templated = k.parameter_passing() == v1::Kernel::TEMPLATE;
+  std::string expression = templated ? k.name_expression() : k.name();
+  for (std::size_t i = 0; i < space.num_params(); ++i) {
+    const Parameter& p = space.param(i);
+    const Value& v = space.ValueOf(config, i);
+    if (templated) {
+      const std::string token = StrCat("{", p.name, "}");
+      for (std::size_t pos = expression.find(token); pos != std::string::npos;
+           pos = expression.find(token, pos)) {
+        const std::string text = SourceText(v, true);
+        expression.replace(pos, token.size(), text);
+        pos += text.size();
+      }
+    } else {
+      prelude += StrCat("#define ", p.name, " ", SourceText(v, false), "\n");
+    }
+  }
+  req.set_source(prelude.empty() ? source : StrCat(prelude, "#line 1 \"", name, "\"\n", source));
+  req.set_kernel_expression(expression);
+  return req;
+}
+
+absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerProgram& program) {
+  absl::StatusOr<Subprocess> worker = Subprocess::Start(program.Argv("measure"));
+  if (!worker.ok()) return worker.status();
+  v1::WorkerRequest req;
+  req.set_list_devices(true);
+  v1::WorkerResponse resp;
+  absl::Status s = worker->channel().Send(req);
+  if (s.ok()) s = worker->channel().Receive(&resp, Clock::now() + std::chrono::seconds(120));
+  if (!s.ok()) {
+    return absl::InternalError(
+        StrCat("asking the measurement worker for the GPUs failed: ", s.message()));
+  }
+  if (!resp.devices().error().empty()) {
+    return absl::FailedPreconditionError(resp.devices().error());
+  }
+  return std::vector<v1::WorkerDeviceInfo>(resp.devices().devices().begin(),
+                                           resp.devices().devices().end());
+}
+
+absl::StatusOr<v1::WorkerDeviceInfo> SelectCudaDevice(
+    const std::vector<v1::WorkerDeviceInfo>& devices, const std::string& selector) {
+  if (devices.empty()) return absl::FailedPreconditionError("no CUDA GPU is visible");
+  std::string s = selector;
+  if (s.rfind("cuda:", 0) == 0) s = s.substr(5);
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    const int ordinal = std::stoi(s.substr(0, 6));
+    for (const v1::WorkerDeviceInfo& d : devices) {
+      if (d.ordinal() == ordinal) return d;
+    }
+    return absl::InvalidArgumentError(
+        StrCat("there is no GPU ", ordinal, " (this machine has ", devices.size(), ")"));
+  }
+  std::string want = Lower(s);
+  if (want.rfind("gpu-", 0) != 0) want = "gpu-" + want;
+  std::vector<v1::WorkerDeviceInfo> found;
+  for (const v1::WorkerDeviceInfo& d : devices) {
+    if (Lower(d.uuid()).rfind(want, 0) == 0) found.push_back(d);
+  }
+  if (found.size() == 1) return found[0];
+  return absl::InvalidArgumentError(found.empty()
+                                        ? StrCat("no GPU has the UUID ", selector)
+                                        : StrCat("UUID prefix ", selector, " is ambiguous"));
+}
+
+absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDeviceInfo& gpu,
+                                                             const CudaDeviceOptions& options) {
+  std::unique_ptr<CudaDevice> d(new CudaDevice());
+  d->gpu_ = gpu;
+  d->options_ = options;
+  d->arch_ = StrCat("sm_", gpu.major(), gpu.minor());
+  d->info_.id = StrCat("cuda:", gpu.ordinal());
+  d->info_.name = gpu.name();
+  d->info_.architecture = d->arch_;
+  d->info_.uuid = gpu.uuid();
+  d->info_.memory_bytes = gpu.memory_bytes();
+  d->info_.multiprocessors = gpu.multiprocessors();
+  d->info_.driver = StrCat(gpu.driver_version() / 1000, ".", (gpu.driver_version() % 1000) / 10);
+  absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  if (!nvrtc.ok()) return nvrtc.status();
+  d->nvrtc_version_ = (*nvrtc)->version_text();
+  const int arch = gpu.major() * 10 + gpu.minor();
+  const std::vector<int>& archs = (*nvrtc)->supported_archs();
+  if (std::find(archs.begin(), archs.end(), arch) == archs.end()) {
+    return absl::FailedPreconditionError(StrCat(
+        "NVRTC ", d->nvrtc_version_, " cannot compile for this GPU's architecture ", d->arch_));
+  }
+  CompilePoolOptions po;
+  po.worker_argv = options.program.Argv("compile");
+  po.workers = options.compile_workers > 0
+                   ? options.compile_workers
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  po.timeout = options.compile_timeout;
+  po.cache_dir = options.cache_dir;
+  po.nvrtc_version = d->nvrtc_version_;
+  KTUNE_ASSIGN_OR_RETURN(d->pool_, CompilePool::Start(po));
+  return d;
+}
+
+CudaDevice::~CudaDevice() = default;
+
+absl::Status CudaDevice::Bind(const JobBinding& job) {
+  auto invalid = [](const std::string& m) { return absl::InvalidArgumentError(m); };
+  if (job.spec == nullptr) {
+    return invalid(
+        "a GPU runs kernels: give a job file with the kernel's source (a recorded space is "
+        "replayed with --device sim:FILE)");
+  }
+  const v1::JobSpec& spec = *job.spec;
+  if (job.source.empty()) {
+    return invalid("kernel.code or kernel.file: the kernel's source is needed on a GPU");
+  }
+  if (spec.launch().grid_size() == 0) {
+    return invalid(
+        "launch.grid: required on a GPU (the grid in blocks, e.g. \"ceil_div(N, "
+        "block_size_x)\")");
+  }
+  space_ = job.space;
+  spec_ = job.spec;
+  source_ = job.source;
+  base_dir_ = job.base_dir;
+  pending_.clear();
+  best_ms_ = 0;
+  reference_.reset();
+
+  // Expressions over the parameters (slots) and the problem (constants).
+  SymbolTable symbols;
+  const std::size_t n = space_->num_params();
+  param_scalars_.assign(n, {});
+  for (std::size_t i = 0; i < n; ++i) {
+    const Parameter& p = space_->param(i);
+    KTUNE_RETURN_IF_ERROR(symbols.AddSlot(p.name, p.type, static_cast<int>(i)));
+    for (const Value& v : p.values) param_scalars_[i].push_back(ToScalar(v, symbols));
+  }
+  for (const auto& [name, v] : job.problem) {
+    KTUNE_RETURN_IF_ERROR(symbols.AddConstant(name, ValueType::kInt, IntScalar(v)));
+  }
+  auto compile = [&](const std::string& field, const std::string& text,
+                     ValueType type) -> absl::StatusOr<Expr> {
+    absl::StatusOr<Expr> e = Expr::CompileAs(text, symbols, type);
+    if (!e.ok()) return invalid(StrCat(field, ": ", e.status().message()));
+    return e;
+  };
+  block_.clear();
+  grid_.clear();
+  static constexpr const char* kBlockNames[] = {"block_size_x", "block_size_y", "block_size_z"};
+  for (int d = 0; d < 3; ++d) {
+    std::string text = "1";
+    if (d < spec.launch().block_size()) {
+      text = spec.launch().block(d);
+    } else if (spec.launch().block_size() == 0 && space_->ParamIndex(kBlockNames[d])) {
+      text = kBlockNames[d];
+    }
+    KTUNE_ASSIGN_OR_RETURN(Expr e, compile(StrCat("launch.block[", d, "]"), text, ValueType::kInt));
+    block_.push_back(std::move(e));
+  }
+  for (int d = 0; d < 3; ++d) {
+    const std::string text = d < spec.launch().grid_size() ? spec.launch().grid(d) : "1";
+    KTUNE_ASSIGN_OR_RETURN(Expr e, compile(StrCat("launch.grid[", d, "]"), text, ValueType::kInt));
+    grid_.push_back(std::move(e));
+  }
+  shared_bytes_.reset();
+  if (!spec.launch().shared_memory_bytes().empty()) {
+    KTUNE_ASSIGN_OR_RETURN(Expr e, compile("launch.shared_memory_bytes",
+                                           spec.launch().shared_memory_bytes(), ValueType::kInt));
+    shared_bytes_ = std::move(e);
+  }
+
+  // Arguments.
+  setup_.Clear();
+  setup_.set_device_ordinal(gpu_.ordinal());
+  scalars_.clear();
+  std::map<std::string, int> buffer_index;
+  std::int64_t total_bytes = 0;
+  for (int i = 0; i < spec.arguments_size(); ++i) {
+    const v1::Argument& a = spec.arguments(i);
+    const std::string where = StrCat("arguments[", i, "] (", a.name(), ")");
+    const auto type = static_cast<v1::ElementType>(a.type());
+    if (a.kind_case() == v1::Argument::kScalar) {
+      KTUNE_ASSIGN_OR_RETURN(Expr e,
+                             compile(StrCat(where, ".scalar"), a.scalar(), ValueType::kFloat));
+      scalars_.push_back(ScalarArg{std::move(e), type});
+      setup_.add_argument_buffers(-1);
+      continue;
+    }
+    const v1::Buffer& b = a.buffer();
+    KTUNE_ASSIGN_OR_RETURN(Expr size,
+                           compile(StrCat(where, ".buffer.size"), b.size(), ValueType::kInt));
+    if (!size.is_constant()) {
+      return invalid(StrCat(where,
+                            ".buffer.size: may depend on the problem only (buffers are "
+                            "allocated once per job)"));
+    }
+    std::int64_t elements = 0;
+    size.EvaluateInt(nullptr, &elements);
+    if (elements <= 0) return invalid(StrCat(where, ".buffer.size: ", elements, " elements"));
+    v1::WorkerBuffer* w = setup_.add_buffers();
+    w->set_name(a.name());
+    w->set_type(type);
+    w->set_elements(elements);
+    const bool output = b.direction() == v1::Buffer::OUTPUT || b.direction() == v1::Buffer::INOUT;
+    const bool input = b.direction() != v1::Buffer::OUTPUT;
+    w->set_input(input);
+    w->set_output(output);
+    total_bytes += elements * static_cast<std::int64_t>(ElementBytes(type));
+    switch (b.init_case()) {
+      case v1::Buffer::kUniform:
+        *w->mutable_uniform() = v1::RandomFill();
+        w->mutable_uniform()->set_low(b.uniform().low());
+        w->mutable_uniform()->set_high(b.uniform().high());
+        w->mutable_uniform()->set_seed(b.uniform().seed() != 0 ? b.uniform().seed()
+                                                               : SeedFor(a.name()));
+        break;
+      case v1::Buffer::kNormal:
+        w->mutable_normal()->set_low(b.normal().low());
+        w->mutable_normal()->set_high(b.normal().high());
+        w->mutable_normal()->set_seed(b.normal().seed() != 0 ? b.normal().seed()
+                                                             : SeedFor(a.name()));
+        break;
+      case v1::Buffer::kConstant: w->set_constant(b.constant()); break;
+      case v1::Buffer::kIota:
+        w->mutable_iota()->set_start(b.iota().start());
+        w->mutable_iota()->set_step(b.iota().step() == 0 ? 1 : b.iota().step());
+        break;
+      case v1::Buffer::kFile: {
+        const std::string path =
+            b.file().empty() || b.file()[0] == '/' ? b.file() : StrCat(base_dir_, "/", b.file());
+        absl::StatusOr<std::string> data = ReadFileContents(path);
+        if (!data.ok()) return invalid(StrCat(where, ".buffer.file: ", data.status().message()));
+        w->set_data(*std::move(data));
+        break;
+      }
+      case v1::Buffer::kZeros: w->set_zeros(true); break;
+      case v1::Buffer::INIT_NOT_SET:
+        // Never time on all-zero data: inputs default to seeded noise.
+        if (input) {
+          w->mutable_uniform()->set_low(-1);
+          w->mutable_uniform()->set_high(1);
+          w->mutable_uniform()->set_seed(SeedFor(a.name()));
+        }
+        break;
+    }
+    buffer_index[a.name()] = setup_.buffers_size() - 1;
+    setup_.add_argument_buffers(setup_.buffers_size() - 1);
+  }
+  if (total_bytes > gpu_.memory_bytes()) {
+    return invalid(StrCat("arguments: ", total_bytes >> 20,
+                          " MiB of buffers do not fit in the GPU's ", gpu_.memory_bytes() >> 20,
+                          " MiB"));
+  }
+
+  // Verification.
+  const v1::Verification& ver = spec.verification();
+  if (ver.outputs_size() > 0) {
+    for (const std::string& name : ver.outputs()) {
+      auto it = buffer_index.find(name);
+      if (it == buffer_index.end() || !setup_.buffers(it->second).output()) {
+        return invalid(StrCat("verification.outputs: '", name, "' is not an output buffer"));
+      }
+      setup_.add_verified(it->second);
+    }
+  } else {
+    for (int i = 0; i < setup_.buffers_size(); ++i) {
+      if (setup_.buffers(i).output()) setup_.add_verified(i);
+    }
+  }
+  const bool default_tolerance = ver.atol() == 0 && ver.rtol() == 0;
+
+  // The benchmark protocol's settings (defaults documented in the README).
+  const v1::MeasurementSettings& ms = spec.measurement();
+  v1::WorkerSettings* ws = setup_.mutable_settings();
+  ws->set_min_samples(ms.min_samples() > 0 ? ms.min_samples() : 10);
+  ws->set_max_samples(ms.max_samples() > 0 ? ms.max_samples() : 1000);
+  ws->set_target_relative_noise(ms.target_relative_noise() > 0 ? ms.target_relative_noise() : 0.01);
+  max_candidate_ms_ =
+      ms.has_max_time_per_candidate() ? FromDuration(ms.max_time_per_candidate()).count() : 1000.0;
+  ws->set_max_candidate_ms(max_candidate_ms_);
+  ws->set_warmup_ms(ms.has_warmup() ? FromDuration(ms.warmup()).count() : 50.0);
+  ws->set_flush_l2(ms.flush_l2());
+  ws->set_use_graphs(ms.use_graphs());
+  ws->set_racing_factor(ms.racing_factor() > 0 ? ms.racing_factor() : 1.05);
+  ws->set_racing_min_samples(3);
+  ws->set_short_kernel_ms(0.02);
+  ws->set_atol(default_tolerance ? kDefaultAtol : ver.atol());
+  ws->set_rtol(default_tolerance ? kDefaultRtol : ver.rtol());
+  kernel_timeout_ = ms.has_kernel_timeout() ? FromDuration(ms.kernel_timeout()) : Millis(0);
+
+  // Expected data given as files.
+  if (ver.reference_case() == v1::Verification::kExpectedData) {
+    for (const auto& [name, file] : ver.expected_data().files()) {
+      auto it = buffer_index.find(name);
+      if (it == buffer_index.end()) {
+        return invalid(StrCat("verification.expected_data.files: no buffer named '", name, "'"));
+      }
+      const std::string path = file.empty() || file[0] == '/' ? file : StrCat(base_dir_, "/", file);
+      absl::StatusOr<std::string> data = ReadFileContents(path);
+      if (!data.ok()) {
+        return invalid(
+            StrCat("verification.expected_data.files[", name, "]: ", data.status().message()));
+      }
+      setup_.mutable_buffers(it->second)->set_expected(*std::move(data));
+    }
+  }
+
+  // A fresh worker for the job.
+  if (worker_) worker_->Kill();
+  worker_.reset();
+  worker_ready_ = false;
+  KTUNE_RETURN_IF_ERROR(EnsureWorker());
+
+  // The reference, made once now and again after any restart.
+  if (ver.reference_case() == v1::Verification::kReferenceConfig ||
+      ver.reference_case() == v1::Verification::kReferenceKernel) {
+    v1::WorkerCandidate ref;
+    ref.set_make_reference(true);
+    v1::CompileResult compiled;
+    if (ver.reference_case() == v1::Verification::kReferenceConfig) {
+      absl::StatusOr<Config> c = space_->ParseKey(ver.reference_config());
+      if (!c.ok()) return invalid(StrCat("verification.reference_config: ", c.status().message()));
+      compiled = CompileFuture(*c).get();
+      pending_.erase(*c);
+      std::string why;
+      KTUNE_RETURN_IF_ERROR(LaunchFor(*c, &ref, &why));
+      if (!why.empty()) return invalid(StrCat("verification.reference_config: ", why));
+    } else {
+      const v1::ReferenceKernel& rk = ver.reference_kernel();
+      v1::CompileRequest req;
+      if (rk.kernel().source_case() == v1::Kernel::kFile) {
+        const std::string path = rk.kernel().file()[0] == '/'
+                                     ? rk.kernel().file()
+                                     : StrCat(base_dir_, "/", rk.kernel().file());
+        absl::StatusOr<std::string> src = ReadFileContents(path);
+        if (!src.ok()) {
+          return invalid(
+              StrCat("verification.reference_kernel.kernel.file: ", src.status().message()));
+        }
+        req.set_source(*std::move(src));
+      } else {
+        req.set_source(rk.kernel().code());
+      }
+      if (req.source().empty() || rk.kernel().name().empty()) {
+        return invalid("verification.reference_kernel: needs a kernel name and source");
+      }
+      req.set_source_name("reference.cu");
+      req.set_kernel_expression(rk.kernel().name());
+      req.set_is_name_expression(true);
+      req.set_architecture(arch_);
+      for (const std::string& o : rk.kernel().compiler_options()) req.add_options(o);
+      compiled = pool_->Submit(req).get();
+      // Its launch depends on the problem only.
+      auto dims = [&](const google::protobuf::RepeatedPtrField<std::string>& exprs,
+                      const char* field, v1::Launch3* out) -> absl::Status {
+        std::int64_t v[3] = {1, 1, 1};
+        for (int d = 0; d < exprs.size() && d < 3; ++d) {
+          KTUNE_ASSIGN_OR_RETURN(
+              Expr e, compile(StrCat("verification.reference_kernel.launch.", field, "[", d, "]"),
+                              exprs.Get(d), ValueType::kInt));
+          if (!e.is_constant()) {
+            return invalid(StrCat("verification.reference_kernel.launch.", field,
+                                  ": may depend on the problem only"));
+          }
+          e.EvaluateInt(nullptr, &v[d]);
+        }
+        out->set_x(static_cast<std::uint32_t>(v[0]));
+        out->set_y(static_cast<std::uint32_t>(v[1]));
+        out->set_z(static_cast<std::uint32_t>(v[2]));
+        return absl::OkStatus();
+      };
+      KTUNE_RETURN_IF_ERROR(dims(rk.launch().grid(), "grid", ref.mutable_grid()));
+      KTUNE_RETURN_IF_ERROR(dims(rk.launch().block(), "block", ref.mutable_block()));
+      // Scalars as for any candidate (at the first configuration's values).
+      Config first;
+      first.index.assign(n, 0);
+      v1::WorkerCandidate tmp;
+      std::string why;
+      KTUNE_RETURN_IF_ERROR(LaunchFor(first, &tmp, &why));
+      *ref.mutable_scalars() = tmp.scalars();
+    }
+    if (!compiled.error().empty()) return absl::InternalError(compiled.error());
+    if (!compiled.ok()) {
+      return invalid(StrCat("verification: the reference does not compile:\n", compiled.log()));
+    }
+    ref.set_cubin(compiled.cubin());
+    ref.set_function(compiled.lowered_name());
+    reference_ = ref;
+    Measurement failure;
+    absl::StatusOr<std::optional<v1::WorkerMeasurement>> r = Run(*reference_, &failure);
+    if (!r.ok()) return r.status();
+    if (!r->has_value() || (*r)->status() != "ok") {
+      const std::string msg = r->has_value() ? (*r)->message() : failure.message;
+      reference_.reset();
+      return invalid(StrCat("verification: the reference failed to run: ", msg));
+    }
+  } else if (ver.reference_case() != v1::Verification::kExpectedData) {
+    setup_.clear_verified();  // nothing to compare with
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaDevice::EnsureWorker() {
+  if (worker_ && worker_ready_ && !worker_->Poll().has_value()) return absl::OkStatus();
+  if (worker_) {
+    worker_->Kill();
+    worker_.reset();
+    ++stats_.worker_restarts;
+  }
+  worker_ready_ = false;
+  absl::StatusOr<Subprocess> started = Subprocess::Start(options_.program.Argv("measure"));
+  if (!started.ok()) return started.status();
+  worker_.emplace(*std::move(started));
+  v1::WorkerRequest req;
+  *req.mutable_setup() = setup_;
+  v1::WorkerResponse resp;
+  absl::Status s = worker_->channel().Send(req);
+  if (s.ok()) s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(10));
+  if (!s.ok()) {
+    const std::string how = worker_->Kill();
+    worker_.reset();
+    return absl::InternalError(
+        StrCat("the measurement worker failed during set-up (", how, "): ", s.message()));
+  }
+  if (!resp.error().empty()) {
+    worker_->Kill();
+    worker_.reset();
+    return absl::FailedPreconditionError(StrCat("setting up the GPU failed: ", resp.error()));
+  }
+  worker_ready_ = true;
+  if (reference_) {
+    v1::WorkerRequest again;
+    *again.mutable_candidate() = *reference_;
+    s = worker_->channel().Send(again);
+    if (s.ok()) s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(5));
+    if (!s.ok() || !resp.has_measurement() || resp.measurement().status() != "ok") {
+      worker_->Kill();
+      worker_.reset();
+      worker_ready_ = false;
+      return absl::InternalError("re-making the reference after a worker restart failed");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_future<v1::CompileResult> CudaDevice::CompileFuture(const Config& config) {
+  auto it = pending_.find(config);
+  if (it != pending_.end()) return it->second;
+  std::shared_future<v1::CompileResult> f =
+      pool_->Submit(BuildCompileRequest(*spec_, source_, base_dir_, *space_, config, arch_));
+  pending_.emplace(config, f);
+  return f;
+}
+
+void CudaDevice::Prefetch(const std::vector<Config>& configs) {
+  for (const Config& c : configs) CompileFuture(c);
+}
+
+absl::Status CudaDevice::LaunchFor(const Config& config, v1::WorkerCandidate* c,
+                                   std::string* why) const {
+  std::vector<Scalar> slots(space_->num_params());
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = param_scalars_[i][config.index[i]];
+  std::int64_t block[3], grid[3];
+  EvalError err;
+  for (int d = 0; d < 3; ++d) {
+    if (!block_[static_cast<std::size_t>(d)].EvaluateInt(slots.data(), &block[d], &err)) {
+      *why = StrCat("launch.block[", d, "]: ", block_[static_cast<std::size_t>(d)].Describe(err));
+      return absl::OkStatus();
+    }
+    if (!grid_[static_cast<std::size_t>(d)].EvaluateInt(slots.data(), &grid[d], &err)) {
+      *why = StrCat("launch.grid[", d, "]: ", grid_[static_cast<std::size_t>(d)].Describe(err));
+      return absl::OkStatus();
+    }
+    const std::int64_t grid_max = d == 0 ? 2147483647 : 65535;
+    if (block[d] < 1 || block[d] > 1024) {
+      *why = StrCat("block dimension ", "xyz"[d], " is ", block[d], " (1 to 1024 allowed)");
+      return absl::OkStatus();
+    }
+    if (grid[d] < 1 || grid[d] > grid_max) {
+      *why = StrCat("grid dimension ", "xyz"[d], " is ", grid[d], " (1 to ", grid_max, " allowed)");
+      return absl::OkStatus();
+    }
+  }
+  c->mutable_block()->set_x(static_cast<std::uint32_t>(block[0]));
+  c->mutable_block()->set_y(static_cast<std::uint32_t>(block[1]));
+  c->mutable_block()->set_z(static_cast<std::uint32_t>(block[2]));
+  c->mutable_grid()->set_x(static_cast<std::uint32_t>(grid[0]));
+  c->mutable_grid()->set_y(static_cast<std::uint32_t>(grid[1]));
+  c->mutable_grid()->set_z(static_cast<std::uint32_t>(grid[2]));
+  if (shared_bytes_) {
+    std::int64_t bytes = 0;
+    if (!shared_bytes_->EvaluateInt(slots.data(), &bytes, &err)) {
+      *why = StrCat("launch.shared_memory_bytes: ", shared_bytes_->Describe(err));
+      return absl::OkStatus();
+    }
+    if (bytes < 0 || bytes > (std::int64_t{1} << 31)) {
+      *why = StrCat("launch.shared_memory_bytes is ", bytes);
+      return absl::OkStatus();
+    }
+    c->set_shared_memory_bytes(static_cast<std::uint32_t>(bytes));
+  }
+  c->clear_scalars();
+  for (const ScalarArg& s : scalars_) {
+    double dv = 0;
+    std::int64_t iv = 0;
+    const bool is_int = s.expr.type() != ValueType::kFloat;
+    const bool ok = is_int ? s.expr.EvaluateInt(slots.data(), &iv, &err)
+                           : s.expr.EvaluateDouble(slots.data(), &dv, &err);
+    if (!ok) {
+      *why = StrCat("a scalar argument: ", s.expr.Describe(err));
+      return absl::OkStatus();
+    }
+    c->add_scalars(ScalarBytes(s.type, dv, iv, is_int));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::WorkerMeasurement>> CudaDevice::Run(
+    const v1::WorkerCandidate& candidate, Measurement* failure) {
+  KTUNE_RETURN_IF_ERROR(EnsureWorker());
+  // The watchdog: a per-launch limit from the spec, or derived from the
+  // best time so far, and room for the whole sampling loop.
+  Millis per_launch = kernel_timeout_;
+  if (per_launch.count() <= 0) {
+    per_launch = best_ms_ > 0 ? std::clamp(Millis(100 * best_ms_), Millis(1000), Millis(30000))
+                              : Millis(10000);
+  }
+  const Millis budget = Millis(max_candidate_ms_) + 8 * per_launch + Millis(10000);
+  v1::WorkerRequest req;
+  *req.mutable_candidate() = candidate;
+  v1::WorkerResponse resp;
+  absl::Status s = worker_->channel().Send(req);
+  if (s.ok()) {
+    s = worker_->channel().Receive(
+        &resp, Clock::now() + std::chrono::duration_cast<Clock::duration>(budget));
+  }
+  if (!s.ok()) {
+    const std::string how = worker_->Kill();
+    worker_.reset();
+    worker_ready_ = false;
+    ++stats_.worker_restarts;
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) {
+      failure->status = CandidateStatus::kTimeout;
+      failure->message = StrCat("no result within ", Seconds(budget), " s (a launch may take ",
+                                Seconds(per_launch),
+                                " s): the kernel hung or ran too long; the measurement worker "
+                                "was killed and restarted");
+    } else {
+      failure->status = CandidateStatus::kRuntimeFault;
+      failure->message = StrCat("the measurement worker died (", how, ") running this candidate");
+    }
+    return std::optional<v1::WorkerMeasurement>();
+  }
+  if (!resp.error().empty())
+    return absl::InternalError(StrCat("measurement worker: ", resp.error()));
+  if (!resp.has_measurement()) return absl::InternalError("measurement worker: unexpected answer");
+  if (resp.measurement().context_lost()) {
+    worker_ready_ = false;  // it exits by itself; restarted before the next
+  }
+  return std::optional<v1::WorkerMeasurement>(resp.measurement());
+}
+
+absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final_round) {
+  std::shared_future<v1::CompileResult> future = CompileFuture(config);
+  const auto wait_start = Clock::now();
+  future.wait();
+  stats_.compile_wait += std::chrono::duration_cast<Millis>(Clock::now() - wait_start);
+  const v1::CompileResult compiled = future.get();
+  pending_.erase(config);
+  if (!compiled.error().empty())
+    return absl::InternalError(StrCat("compiling: ", compiled.error()));
+  Measurement m;
+  m.compile_time = Millis(compiled.compile_ms());
+  if (!final_round) stats_.compile_cpu += m.compile_time;
+  if (!compiled.ok()) {
+    m.status = CandidateStatus::kCompileError;
+    m.message = compiled.log();
+    m.cost = m.compile_time;
+    return m;
+  }
+  v1::WorkerCandidate c;
+  c.set_id(next_id_++);
+  c.set_cubin(compiled.cubin());
+  c.set_function(compiled.lowered_name());
+  std::string why;
+  KTUNE_RETURN_IF_ERROR(LaunchFor(config, &c, &why));
+  if (!why.empty()) {
+    m.status = CandidateStatus::kLaunchError;
+    m.message = why;
+    m.cost = m.compile_time;
+    return m;
+  }
+  c.set_verify(reference_.has_value() || setup_.verified_size() > 0);
+  c.set_best_ms(best_ms_);
+  c.set_no_racing(final_round);
+  Measurement failure;
+  KTUNE_ASSIGN_OR_RETURN(std::optional<v1::WorkerMeasurement> w, Run(c, &failure));
+  ++stats_.candidates;
+  if (!w) {
+    failure.compile_time = m.compile_time;
+    failure.cost = m.compile_time;
+    return failure;
+  }
+  const std::string& status = w->status();
+  m.status = status == "ok"             ? CandidateStatus::kOk
+             : status == "launch_error" ? CandidateStatus::kLaunchError
+             : status == "wrong_result" ? CandidateStatus::kWrongResult
+                                        : CandidateStatus::kRuntimeFault;
+  m.message = w->message();
+  m.cost = m.compile_time + Millis(w->wall_ms());
+  Conditions& cond = m.conditions;
+  cond.sm_clock_mhz_before = w->sm_clock_mhz_before();
+  cond.sm_clock_mhz_after = w->sm_clock_mhz_after();
+  cond.throttled_samples_discarded = w->throttled_samples_discarded();
+  cond.launches_per_sample = w->launches_per_sample();
+  cond.raced = w->raced();
+  cond.final_round = final_round;
+  cond.registers = w->registers();
+  cond.static_shared_bytes = w->static_shared_bytes();
+  cond.local_bytes = w->local_bytes();
+  cond.gpu_busy = Millis(w->gpu_busy_ms());
+  stats_.gpu_busy += cond.gpu_busy;
+  if (m.ok()) {
+    m.samples_ms.assign(w->samples_ms().begin(), w->samples_ms().end());
+    stats_.samples += static_cast<std::int64_t>(m.samples_ms.size());
+    m.stats = ComputeStats(m.samples_ms);
+    m.time = m.stats.median;
+    if (best_ms_ == 0 || m.time.count() < best_ms_) best_ms_ = m.time.count();
+  }
+  return m;
+}
+
+absl::StatusOr<Measurement> CudaDevice::Evaluate(const Config& config) {
+  return Measure(config, false);
+}
+
+absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector<Config>& configs) {
+  std::vector<Measurement> out(configs.size());
+  std::vector<std::vector<double>> pooled(configs.size());
+  std::vector<bool> failed(configs.size(), false);
+  for (int round = 0; round < kFinalRounds; ++round) {
+    for (std::size_t k = 0; k < configs.size(); ++k) {
+      // Rotate the order each round so no contender always goes first.
+      const std::size_t i = (k + static_cast<std::size_t>(round)) % configs.size();
+      if (failed[i]) continue;
+      KTUNE_ASSIGN_OR_RETURN(Measurement m, Measure(configs[i], true));
+      if (!m.ok()) {
+        failed[i] = true;
+        out[i] = std::move(m);
+        continue;
+      }
+      pooled[i].insert(pooled[i].end(), m.samples_ms.begin(), m.samples_ms.end());
+      const Millis busy = out[i].conditions.gpu_busy + m.conditions.gpu_busy;
+      const Millis cost = out[i].cost + m.cost;
+      out[i] = std::move(m);
+      out[i].conditions.gpu_busy = busy;
+      out[i].cost = cost;
+    }
+  }
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    if (failed[i]) continue;
+    out[i].samples_ms = pooled[i];
+    out[i].stats = ComputeStats(pooled[i]);
+    out[i].time = out[i].stats.median;
+    out[i].message =
+        StrCat("re-measured in ", kFinalRounds, " interleaved rounds with the final contenders");
+  }
+  return out;
+}
+
+}  // namespace ktune
