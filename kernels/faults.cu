@@ -12,11 +12,8 @@ extern "C" __global__ void faults(float* __restrict__ y, const float* __restrict
 #if mode == 2
   if (i == 0) *reinterpret_cast<volatile float*>(static_cast<unsigned long long>(16)) = 1.0f;
 #elif mode == 3
-  if (i == 0) {
-    volatile int spin = 1;
-    while (spin) {
-    }
-  }
+  // A branch to itself, written in PTX: the compiler cannot remove it.
+  if (i == 0) asm volatile("ktune_hang: bra ktune_hang;");
 #elif mode == 4
   this is not CUDA;
 #elif mode == 6

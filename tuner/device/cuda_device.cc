@@ -194,6 +194,9 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   po.cache_dir = options.cache_dir;
   po.nvrtc_version = d->nvrtc_version_;
   KTUNE_ASSIGN_OR_RETURN(d->pool_, CompilePool::Start(po));
+  // The worker opens the GPU now (the slow part: the context), ahead of
+  // any job.
+  KTUNE_RETURN_IF_ERROR(d->StartWorker());
   return d;
 }
 
@@ -402,26 +405,22 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
     }
   }
 
-  // A fresh worker for the job.
-  if (worker_) worker_->Kill();
-  worker_.reset();
-  worker_ready_ = false;
-  KTUNE_RETURN_IF_ERROR(EnsureWorker());
-
-  // The reference, made once now and again after any restart.
+  // The reference: compiled now, made by the worker once it is set up (and
+  // again after any restart).
+  reference_.reset();
+  reference_compile_.reset();
   if (ver.reference_case() == v1::Verification::kReferenceConfig ||
       ver.reference_case() == v1::Verification::kReferenceKernel) {
     v1::WorkerCandidate ref;
     ref.set_make_reference(true);
-    v1::CompileResult compiled;
     if (ver.reference_case() == v1::Verification::kReferenceConfig) {
       absl::StatusOr<Config> c = space_->ParseKey(ver.reference_config());
       if (!c.ok()) return invalid(StrCat("verification.reference_config: ", c.status().message()));
-      compiled = CompileFuture(*c).get();
-      pending_.erase(*c);
       std::string why;
       KTUNE_RETURN_IF_ERROR(LaunchFor(*c, &ref, &why));
       if (!why.empty()) return invalid(StrCat("verification.reference_config: ", why));
+      reference_compile_ =
+          pool_->Submit(BuildCompileRequest(*spec_, source_, base_dir_, *space_, *c, arch_));
     } else {
       const v1::ReferenceKernel& rk = ver.reference_kernel();
       v1::CompileRequest req;
@@ -446,7 +445,6 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
       req.set_is_name_expression(true);
       req.set_architecture(arch_);
       for (const std::string& o : rk.kernel().compiler_options()) req.add_options(o);
-      compiled = pool_->Submit(req).get();
       // Its launch depends on the problem only.
       auto dims = [&](const google::protobuf::RepeatedPtrField<std::string>& exprs,
                       const char* field, v1::Launch3* out) -> absl::Status {
@@ -475,68 +473,117 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
       std::string why;
       KTUNE_RETURN_IF_ERROR(LaunchFor(first, &tmp, &why));
       *ref.mutable_scalars() = tmp.scalars();
+      reference_compile_ = pool_->Submit(req);
     }
-    if (!compiled.error().empty()) return absl::InternalError(compiled.error());
-    if (!compiled.ok()) {
-      return invalid(StrCat("verification: the reference does not compile:\n", compiled.log()));
-    }
-    ref.set_cubin(compiled.cubin());
-    ref.set_function(compiled.lowered_name());
-    reference_ = ref;
-    Measurement failure;
-    absl::StatusOr<std::optional<v1::WorkerMeasurement>> r = Run(*reference_, &failure);
-    if (!r.ok()) return r.status();
-    if (!r->has_value() || (*r)->status() != "ok") {
-      const std::string msg = r->has_value() ? (*r)->message() : failure.message;
-      reference_.reset();
-      return invalid(StrCat("verification: the reference failed to run: ", msg));
-    }
+    reference_template_ = ref;
   } else if (ver.reference_case() != v1::Verification::kExpectedData) {
     setup_.clear_verified();  // nothing to compare with
   }
+
+  // The worker takes the job's arguments now, while the session asks for
+  // the first candidates and they compile.
+  bound_ = true;
+  worker_ready_ = false;
+  worker_starts_ = 0;
+  if (worker_ && !worker_->Poll().has_value()) {
+    worker_starts_ = 1;  // this worker serves the job; a new one is a restart
+    return SendSetup();
+  }
+  if (worker_) worker_->Kill();
+  worker_.reset();
+  return StartWorker();
+}
+
+absl::Status CudaDevice::StartWorker() {
+  absl::StatusOr<Subprocess> started = Subprocess::Start(options_.program.Argv("measure"));
+  if (!started.ok()) return started.status();
+  worker_.emplace(*std::move(started));
+  worker_ready_ = false;
+  outstanding_ = 0;
+  if (bound_ && ++worker_starts_ > 1) ++stats_.worker_restarts;
+  v1::WorkerRequest req;
+  req.set_init_device(gpu_.ordinal());
+  if (absl::Status s = worker_->channel().Send(req); !s.ok()) {
+    const std::string how = worker_->Kill();
+    worker_.reset();
+    return absl::InternalError(
+        StrCat("the measurement worker did not start (", how, "): ", s.message()));
+  }
+  ++outstanding_;
+  return bound_ ? SendSetup() : absl::OkStatus();
+}
+
+absl::Status CudaDevice::SendSetup() {
+  v1::WorkerRequest req;
+  *req.mutable_setup() = setup_;
+  if (absl::Status s = worker_->channel().Send(req); !s.ok()) {
+    const std::string how = worker_->Kill();
+    worker_.reset();
+    return absl::InternalError(StrCat("the measurement worker died (", how, "): ", s.message()));
+  }
+  ++outstanding_;
   return absl::OkStatus();
 }
 
 absl::Status CudaDevice::EnsureWorker() {
-  if (worker_ && worker_ready_ && !worker_->Poll().has_value()) return absl::OkStatus();
-  if (worker_) {
-    worker_->Kill();
+  // States: no worker; a worker with answers to come (device opened, job
+  // set up); a ready worker. A worker that died is replaced.
+  const bool alive = worker_ && !worker_->Poll().has_value();
+  if (alive && worker_ready_) return absl::OkStatus();
+  const auto wait_start = Clock::now();
+  if (!alive) {
+    if (worker_) worker_->Kill();
     worker_.reset();
-    ++stats_.worker_restarts;
+    KTUNE_RETURN_IF_ERROR(StartWorker());
   }
-  worker_ready_ = false;
-  absl::StatusOr<Subprocess> started = Subprocess::Start(options_.program.Argv("measure"));
-  if (!started.ok()) return started.status();
-  worker_.emplace(*std::move(started));
-  v1::WorkerRequest req;
-  *req.mutable_setup() = setup_;
-  v1::WorkerResponse resp;
-  absl::Status s = worker_->channel().Send(req);
-  if (s.ok()) s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(10));
-  if (!s.ok()) {
-    const std::string how = worker_->Kill();
-    worker_.reset();
-    return absl::InternalError(
-        StrCat("the measurement worker failed during set-up (", how, "): ", s.message()));
-  }
-  if (!resp.error().empty()) {
-    worker_->Kill();
-    worker_.reset();
-    return absl::FailedPreconditionError(StrCat("setting up the GPU failed: ", resp.error()));
+  while (outstanding_ > 0) {
+    v1::WorkerResponse resp;
+    absl::Status s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(10));
+    if (!s.ok()) {
+      const std::string how = worker_->Kill();
+      worker_.reset();
+      return absl::InternalError(
+          StrCat("the measurement worker failed during set-up (", how, "): ", s.message()));
+    }
+    --outstanding_;
+    if (!resp.error().empty()) {
+      worker_->Kill();
+      worker_.reset();
+      return absl::FailedPreconditionError(StrCat("setting up the GPU failed: ", resp.error()));
+    }
   }
   worker_ready_ = true;
+  v1::WorkerResponse resp;
+  absl::Status s;
+  if (reference_compile_) {
+    const v1::CompileResult compiled = reference_compile_->get();
+    reference_compile_.reset();
+    if (!compiled.error().empty()) return absl::InternalError(compiled.error());
+    if (!compiled.ok()) {
+      return absl::FailedPreconditionError(
+          StrCat("verification: the reference does not compile:\n", compiled.log()));
+    }
+    reference_ = reference_template_;
+    reference_->set_cubin(compiled.cubin());
+    reference_->set_function(compiled.lowered_name());
+  }
   if (reference_) {
     v1::WorkerRequest again;
     *again.mutable_candidate() = *reference_;
     s = worker_->channel().Send(again);
     if (s.ok()) s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(5));
     if (!s.ok() || !resp.has_measurement() || resp.measurement().status() != "ok") {
+      const std::string why = !s.ok()                  ? std::string(s.message())
+                              : resp.has_measurement() ? resp.measurement().message()
+                                                       : resp.error();
       worker_->Kill();
       worker_.reset();
       worker_ready_ = false;
-      return absl::InternalError("re-making the reference after a worker restart failed");
+      return absl::FailedPreconditionError(
+          StrCat("verification: the reference failed to run: ", why));
     }
   }
+  stats_.setup_wait += std::chrono::duration_cast<Millis>(Clock::now() - wait_start);
   return absl::OkStatus();
 }
 
@@ -622,7 +669,7 @@ absl::StatusOr<std::optional<v1::WorkerMeasurement>> CudaDevice::Run(
     per_launch = best_ms_ > 0 ? std::clamp(Millis(100 * best_ms_), Millis(1000), Millis(30000))
                               : Millis(10000);
   }
-  const Millis budget = Millis(max_candidate_ms_) + 8 * per_launch + Millis(10000);
+  const Millis budget = Millis(max_candidate_ms_) + 6 * per_launch + Millis(3000);
   v1::WorkerRequest req;
   *req.mutable_candidate() = candidate;
   v1::WorkerResponse resp;
@@ -635,7 +682,6 @@ absl::StatusOr<std::optional<v1::WorkerMeasurement>> CudaDevice::Run(
     const std::string how = worker_->Kill();
     worker_.reset();
     worker_ready_ = false;
-    ++stats_.worker_restarts;
     if (s.code() == absl::StatusCode::kDeadlineExceeded) {
       failure->status = CandidateStatus::kTimeout;
       failure->message = StrCat("no result within ", Seconds(budget), " s (a launch may take ",
@@ -652,7 +698,10 @@ absl::StatusOr<std::optional<v1::WorkerMeasurement>> CudaDevice::Run(
     return absl::InternalError(StrCat("measurement worker: ", resp.error()));
   if (!resp.has_measurement()) return absl::InternalError("measurement worker: unexpected answer");
   if (resp.measurement().context_lost()) {
-    worker_ready_ = false;  // it exits by itself; restarted before the next
+    // It exits by itself; reap it now so the next candidate gets a fresh one.
+    worker_->Kill();
+    worker_.reset();
+    worker_ready_ = false;
   }
   return std::optional<v1::WorkerMeasurement>(resp.measurement());
 }
@@ -667,8 +716,9 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   if (!compiled.error().empty())
     return absl::InternalError(StrCat("compiling: ", compiled.error()));
   Measurement m;
-  m.compile_time = Millis(compiled.compile_ms());
-  if (!final_round) stats_.compile_cpu += m.compile_time;
+  // A re-measurement reuses the image: its cost is the worker's time only.
+  m.compile_time = final_round ? Millis(0) : Millis(compiled.compile_ms());
+  stats_.compile_cpu += m.compile_time;
   if (!compiled.ok()) {
     m.status = CandidateStatus::kCompileError;
     m.message = compiled.log();
@@ -687,9 +737,14 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     m.cost = m.compile_time;
     return m;
   }
-  c.set_verify(reference_.has_value() || setup_.verified_size() > 0);
+  c.set_verify(setup_.verified_size() > 0);
   c.set_best_ms(best_ms_);
   c.set_no_racing(final_round);
+  if (final_round) {
+    // The rounds' samples are pooled: each round takes its share.
+    c.set_min_samples(
+        std::max(3, (setup_.settings().min_samples() + kFinalRounds - 1) / kFinalRounds));
+  }
   Measurement failure;
   KTUNE_ASSIGN_OR_RETURN(std::optional<v1::WorkerMeasurement> w, Run(c, &failure));
   ++stats_.candidates;
@@ -717,6 +772,8 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   cond.local_bytes = w->local_bytes();
   cond.gpu_busy = Millis(w->gpu_busy_ms());
   stats_.gpu_busy += cond.gpu_busy;
+  stats_.worker_load += Millis(w->load_ms());
+  stats_.worker_verify += Millis(w->verify_ms());
   if (m.ok()) {
     m.samples_ms.assign(w->samples_ms().begin(), w->samples_ms().end());
     stats_.samples += static_cast<std::int64_t>(m.samples_ms.size());
@@ -725,6 +782,21 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     if (best_ms_ == 0 || m.time.count() < best_ms_) best_ms_ = m.time.count();
   }
   return m;
+}
+
+absl::Status CudaDevice::WaitUntilOpen() {
+  if (bound_) return EnsureWorker();
+  if (!worker_) return StartWorker();
+  while (outstanding_ > 0) {
+    v1::WorkerResponse resp;
+    absl::Status s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(10));
+    if (!s.ok()) return absl::InternalError(StrCat("opening the GPU failed: ", s.message()));
+    --outstanding_;
+    if (!resp.error().empty()) {
+      return absl::FailedPreconditionError(StrCat("opening the GPU failed: ", resp.error()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Measurement> CudaDevice::Evaluate(const Config& config) {

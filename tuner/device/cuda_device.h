@@ -61,9 +61,12 @@ struct CudaDeviceStats {
   std::int64_t candidates = 0;
   std::int64_t samples = 0;
   std::int64_t worker_restarts = 0;
-  Millis gpu_busy{0};      // timed GPU work
-  Millis compile_wait{0};  // the GPU side waiting for the compiler
-  Millis compile_cpu{0};   // summed NVRTC time
+  Millis gpu_busy{0};       // timed GPU work
+  Millis compile_wait{0};   // the GPU side waiting for the compiler
+  Millis compile_cpu{0};    // summed NVRTC time
+  Millis setup_wait{0};     // waiting for the worker's set-up and reference
+  Millis worker_load{0};    // loading images in the worker
+  Millis worker_verify{0};  // verification runs in the worker
 };
 
 // Not thread-safe (one session drives it).
@@ -83,16 +86,26 @@ class CudaDevice final : public Device {
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 
   const CudaDeviceStats& stats() const { return stats_; }
+
+  // Waits until the worker has opened the GPU (context, helper kernels):
+  // the one-time cost a long-running daemon pays before any job.
+  absl::Status WaitUntilOpen();
   const std::string& architecture() const { return arch_; }
 
   // Configurations asked ahead; fixed (not derived from the host) so that a
   // job takes the same path wherever it resumes.
-  static constexpr int kPipelineDepth = 32;
+  static constexpr int kPipelineDepth = 64;
 
  private:
   CudaDevice() = default;
 
   std::shared_future<v1::CompileResult> CompileFuture(const Config& config);
+  // Starts a worker and asks it to open the GPU (and, when a job is bound,
+  // to set it up), without waiting for the answers.
+  absl::Status StartWorker();
+  absl::Status SendSetup();
+  // A worker that is set up, with the reference made: waits for a set-up
+  // under way, or starts a fresh worker after a death.
   absl::Status EnsureWorker();
   // Runs a candidate in the worker under the watchdog. nullopt: the worker
   // hung or died, and *failure says how the candidate ended.
@@ -108,7 +121,10 @@ class CudaDevice final : public Device {
   std::string nvrtc_version_;
   std::unique_ptr<CompilePool> pool_;
   std::optional<Subprocess> worker_;
-  bool worker_ready_ = false;
+  bool worker_ready_ = false;  // set up, reference made
+  int worker_starts_ = 0;      // for this job
+  int outstanding_ = 0;        // answers the worker still owes
+  bool bound_ = false;
 
   // The bound job.
   const Space* space_ = nullptr;
@@ -124,8 +140,11 @@ class CudaDevice final : public Device {
     v1::ElementType type;
   };
   std::vector<ScalarArg> scalars_;
-  // The candidate that makes the reference, replayed after a restart.
+  // The candidate that makes the reference, replayed after a restart; its
+  // image arrives from the compile pool.
   std::optional<v1::WorkerCandidate> reference_;
+  v1::WorkerCandidate reference_template_;
+  std::optional<std::shared_future<v1::CompileResult>> reference_compile_;
   Millis kernel_timeout_{0};  // spec's cap per launch; 0: derived
   double max_candidate_ms_ = 1000;
   double best_ms_ = 0;

@@ -31,60 +31,64 @@ absl::StatusOr<const Api*> LoadOnce() {
   }
   auto api = std::make_unique<Api>();
   std::string missing;
-  auto bind = [&](const char* name, auto* fn) {
+  auto bind = [&](const char* name, int version, auto* fn) {
     void* p = nullptr;
     CUdriverProcAddressQueryResult found{};
-    if (get(name, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
+    if (get(name, &p, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
         p == nullptr) {
       missing += StrCat(" ", name);
       return;
     }
     *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
   };
-#define KTUNE_BIND(name) bind(#name, &api->name)
-  KTUNE_BIND(cuInit);
-  KTUNE_BIND(cuGetErrorName);
-  KTUNE_BIND(cuGetErrorString);
-  KTUNE_BIND(cuDriverGetVersion);
-  KTUNE_BIND(cuDeviceGetCount);
-  KTUNE_BIND(cuDeviceGet);
-  KTUNE_BIND(cuDeviceGetName);
-  KTUNE_BIND(cuDeviceGetUuid);
-  KTUNE_BIND(cuDeviceTotalMem);
-  KTUNE_BIND(cuDeviceGetAttribute);
-  KTUNE_BIND(cuDevicePrimaryCtxRetain);
-  KTUNE_BIND(cuDevicePrimaryCtxRelease);
-  KTUNE_BIND(cuCtxSetCurrent);
-  KTUNE_BIND(cuCtxSynchronize);
-  KTUNE_BIND(cuModuleLoadData);
-  KTUNE_BIND(cuModuleUnload);
-  KTUNE_BIND(cuModuleGetFunction);
-  KTUNE_BIND(cuFuncGetAttribute);
-  KTUNE_BIND(cuFuncSetAttribute);
-  KTUNE_BIND(cuLaunchKernel);
-  KTUNE_BIND(cuStreamCreate);
-  KTUNE_BIND(cuStreamDestroy);
-  KTUNE_BIND(cuStreamSynchronize);
-  KTUNE_BIND(cuStreamBeginCapture);
-  KTUNE_BIND(cuStreamEndCapture);
-  KTUNE_BIND(cuGraphInstantiate);
-  KTUNE_BIND(cuGraphLaunch);
-  KTUNE_BIND(cuGraphExecDestroy);
-  KTUNE_BIND(cuGraphDestroy);
-  KTUNE_BIND(cuEventCreate);
-  KTUNE_BIND(cuEventDestroy);
-  KTUNE_BIND(cuEventRecord);
-  KTUNE_BIND(cuEventSynchronize);
-  KTUNE_BIND(cuEventElapsedTime);
-  KTUNE_BIND(cuMemAlloc);
-  KTUNE_BIND(cuMemFree);
-  KTUNE_BIND(cuMemAllocHost);
-  KTUNE_BIND(cuMemFreeHost);
-  KTUNE_BIND(cuMemcpyHtoDAsync);
-  KTUNE_BIND(cuMemcpyDtoHAsync);
-  KTUNE_BIND(cuMemcpyDtoDAsync);
-  KTUNE_BIND(cuMemsetD8Async);
-  KTUNE_BIND(cuMemsetD32Async);
+  // Each entry point is asked for at the version whose signature the
+  // declaration in cuda.h has: asking for the toolkit's own version can
+  // return a newer ABI (cuCtxSynchronize gained a context argument in 13.0).
+#define KTUNE_BIND(name, version) bind(#name, version, &api->name)
+  KTUNE_BIND(cuInit, 2000);
+  KTUNE_BIND(cuGetErrorName, 6000);
+  KTUNE_BIND(cuGetErrorString, 6000);
+  KTUNE_BIND(cuDriverGetVersion, 2020);
+  KTUNE_BIND(cuDeviceGetCount, 2000);
+  KTUNE_BIND(cuDeviceGet, 2000);
+  KTUNE_BIND(cuDeviceGetName, 2000);
+  KTUNE_BIND(cuDeviceGetUuid, 11040);
+  KTUNE_BIND(cuDeviceTotalMem, 3020);
+  KTUNE_BIND(cuDeviceGetAttribute, 2000);
+  KTUNE_BIND(cuDevicePrimaryCtxRetain, 7000);
+  KTUNE_BIND(cuDevicePrimaryCtxRelease, 11000);
+  KTUNE_BIND(cuDevicePrimaryCtxSetFlags, 11000);
+  KTUNE_BIND(cuCtxSetCurrent, 4000);
+  KTUNE_BIND(cuCtxSynchronize, 2000);
+  KTUNE_BIND(cuModuleLoadData, 2000);
+  KTUNE_BIND(cuModuleUnload, 2000);
+  KTUNE_BIND(cuModuleGetFunction, 2000);
+  KTUNE_BIND(cuFuncGetAttribute, 2020);
+  KTUNE_BIND(cuFuncSetAttribute, 9000);
+  KTUNE_BIND(cuLaunchKernel, 4000);
+  KTUNE_BIND(cuStreamCreate, 2000);
+  KTUNE_BIND(cuStreamDestroy, 4000);
+  KTUNE_BIND(cuStreamSynchronize, 2000);
+  KTUNE_BIND(cuStreamBeginCapture, 10010);
+  KTUNE_BIND(cuStreamEndCapture, 10000);
+  KTUNE_BIND(cuGraphInstantiateWithFlags, 11040);
+  KTUNE_BIND(cuGraphLaunch, 10000);
+  KTUNE_BIND(cuGraphExecDestroy, 10000);
+  KTUNE_BIND(cuGraphDestroy, 10000);
+  KTUNE_BIND(cuEventCreate, 2000);
+  KTUNE_BIND(cuEventDestroy, 4000);
+  KTUNE_BIND(cuEventRecord, 2000);
+  KTUNE_BIND(cuEventSynchronize, 2000);
+  KTUNE_BIND(cuEventElapsedTime, 2000);
+  KTUNE_BIND(cuMemAlloc, 3020);
+  KTUNE_BIND(cuMemFree, 3020);
+  KTUNE_BIND(cuMemAllocHost, 3020);
+  KTUNE_BIND(cuMemFreeHost, 2000);
+  KTUNE_BIND(cuMemcpyHtoDAsync, 3020);
+  KTUNE_BIND(cuMemcpyDtoHAsync, 3020);
+  KTUNE_BIND(cuMemcpyDtoDAsync, 3020);
+  KTUNE_BIND(cuMemsetD8Async, 3020);
+  KTUNE_BIND(cuMemsetD32Async, 3020);
 #undef KTUNE_BIND
   if (!missing.empty()) {
     return absl::FailedPreconditionError(
@@ -104,8 +108,7 @@ absl::StatusOr<const Api*> LoadOnce() {
 }  // namespace
 
 absl::StatusOr<const Api*> Load() {
-  static const absl::StatusOr<const Api*>* api =
-      new absl::StatusOr<const Api*>(LoadOnce());
+  static const absl::StatusOr<const Api*>* api = new absl::StatusOr<const Api*>(LoadOnce());
   return *api;
 }
 
@@ -132,16 +135,18 @@ bool IsStickyError(CUresult rc) {
     case CUDA_ERROR_LAUNCH_TIMEOUT:
     case CUDA_ERROR_ECC_UNCORRECTABLE:
     case CUDA_ERROR_CONTEXT_IS_DESTROYED:
-    case CUDA_ERROR_UNKNOWN:
-      return true;
-    default:
-      return false;
+    case CUDA_ERROR_UNKNOWN: return true;
+    default: return false;
   }
 }
 
 absl::StatusOr<Context> Context::Open(const Api& api, int ordinal) {
   CUdevice device = 0;
   if (auto s = Check(api, api.cuDeviceGet(&device, ordinal), "cuDeviceGet"); !s.ok()) return s;
+  // Block rather than spin while waiting for the GPU: a spinning wait takes a
+  // core from the compile workers. (Fails harmlessly if the context is
+  // already active with other flags.)
+  api.cuDevicePrimaryCtxSetFlags(device, CU_CTX_SCHED_BLOCKING_SYNC);
   CUcontext ctx = nullptr;
   if (auto s = Check(api, api.cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
       !s.ok()) {
@@ -155,7 +160,8 @@ absl::StatusOr<Context> Context::Open(const Api& api, int ordinal) {
 Context::~Context() {
   if (device_ < 0) return;
   const CUresult rc = api_->cuDevicePrimaryCtxRelease(device_);
-  if (rc != CUDA_SUCCESS) std::fprintf(stderr, "ktune: releasing the CUDA context failed (%d)\n", rc);
+  if (rc != CUDA_SUCCESS)
+    std::fprintf(stderr, "ktune: releasing the CUDA context failed (%d)\n", rc);
 }
 
 template <typename Handle, CUresult (*Release)(const Api&, Handle)>

@@ -35,6 +35,7 @@ struct Api {
   KTUNE_CUDA_FN(cuDeviceGetAttribute);
   KTUNE_CUDA_FN(cuDevicePrimaryCtxRetain);
   KTUNE_CUDA_FN(cuDevicePrimaryCtxRelease);
+  KTUNE_CUDA_FN(cuDevicePrimaryCtxSetFlags);
   KTUNE_CUDA_FN(cuCtxSetCurrent);
   KTUNE_CUDA_FN(cuCtxSynchronize);
   KTUNE_CUDA_FN(cuModuleLoadData);
@@ -48,7 +49,7 @@ struct Api {
   KTUNE_CUDA_FN(cuStreamSynchronize);
   KTUNE_CUDA_FN(cuStreamBeginCapture);
   KTUNE_CUDA_FN(cuStreamEndCapture);
-  KTUNE_CUDA_FN(cuGraphInstantiate);
+  KTUNE_CUDA_FN(cuGraphInstantiateWithFlags);
   KTUNE_CUDA_FN(cuGraphLaunch);
   KTUNE_CUDA_FN(cuGraphExecDestroy);
   KTUNE_CUDA_FN(cuGraphDestroy);

@@ -1,9 +1,11 @@
 #include "tuner/measure/fill.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <vector>
 
-#include "tuner/base/rng.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -125,53 +127,99 @@ void StoreAs(v1::ElementType type, void* out, std::size_t i, double v) {
   }
 }
 
-}  // namespace
+// A uniform double in [0, 1) from (seed, index): splitmix64 of both.
+double HashUniform(std::uint64_t seed, std::uint64_t index) {
+  std::uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
 
-absl::Status FillBuffer(const v1::WorkerBuffer& buffer, void* out) {
-  const auto n = static_cast<std::size_t>(buffer.elements());
+void FillSerial(const v1::WorkerBuffer& buffer, std::uint64_t first, std::uint64_t count,
+                void* out) {
   const v1::ElementType type = buffer.type();
-  const std::size_t bytes = n * ElementBytes(type);
   switch (buffer.init_case()) {
     case v1::WorkerBuffer::kUniform: {
-      Rng rng(buffer.uniform().seed());
+      const std::uint64_t seed = buffer.uniform().seed();
       const double lo = buffer.uniform().low(), span = buffer.uniform().high() - lo;
-      for (std::size_t i = 0; i < n; ++i) StoreAs(type, out, i, lo + span * rng.UniformDouble());
-      return absl::OkStatus();
+      for (std::uint64_t k = 0; k < count; ++k) {
+        StoreAs(type, out, k, lo + span * HashUniform(seed, first + k));
+      }
+      return;
     }
     case v1::WorkerBuffer::kNormal: {
-      Rng rng(buffer.normal().seed());
+      // Box-Muller on the pair (2j, 2j+1): element 2j takes the cosine,
+      // 2j+1 the sine.
+      const std::uint64_t seed = buffer.normal().seed();
       const double mean = buffer.normal().low(), dev = buffer.normal().high();
-      for (std::size_t i = 0; i < n; i += 2) {
-        // Box-Muller: two values from two uniforms.
-        const double u1 = 1.0 - rng.UniformDouble();
-        const double u2 = rng.UniformDouble();
+      for (std::uint64_t k = 0; k < count; ++k) {
+        const std::uint64_t i = first + k, j = i / 2;
+        const double u1 = 1.0 - HashUniform(seed, 2 * j);
+        const double u2 = HashUniform(seed, 2 * j + 1);
         const double r = std::sqrt(-2.0 * std::log(u1));
-        StoreAs(type, out, i, mean + dev * r * std::cos(2 * M_PI * u2));
-        if (i + 1 < n) StoreAs(type, out, i + 1, mean + dev * r * std::sin(2 * M_PI * u2));
+        const double angle = 2 * M_PI * u2;
+        StoreAs(type, out, k, mean + dev * r * (i % 2 == 0 ? std::cos(angle) : std::sin(angle)));
       }
-      return absl::OkStatus();
+      return;
     }
     case v1::WorkerBuffer::kConstant:
-      for (std::size_t i = 0; i < n; ++i) StoreAs(type, out, i, buffer.constant());
-      return absl::OkStatus();
+      for (std::uint64_t k = 0; k < count; ++k) StoreAs(type, out, k, buffer.constant());
+      return;
     case v1::WorkerBuffer::kIota:
-      for (std::size_t i = 0; i < n; ++i) {
-        StoreAs(type, out, i,
-                buffer.iota().start() + buffer.iota().step() * static_cast<double>(i));
+      for (std::uint64_t k = 0; k < count; ++k) {
+        StoreAs(type, out, k,
+                buffer.iota().start() + buffer.iota().step() * static_cast<double>(first + k));
       }
-      return absl::OkStatus();
-    case v1::WorkerBuffer::kData:
-      if (buffer.data().size() != bytes) {
-        return absl::InvalidArgumentError(StrCat("argument ", buffer.name(), ": the data has ",
-                                                 buffer.data().size(), " bytes, the buffer ", bytes,
-                                                 " (", n, " ", ElementName(type), ")"));
-      }
-      std::memcpy(out, buffer.data().data(), bytes);
-      return absl::OkStatus();
+      return;
+    case v1::WorkerBuffer::kData: {
+      const std::size_t eb = ElementBytes(type);
+      std::memcpy(out, buffer.data().data() + first * eb, count * eb);
+      return;
+    }
     case v1::WorkerBuffer::kZeros:
-    case v1::WorkerBuffer::INIT_NOT_SET: std::memset(out, 0, bytes); return absl::OkStatus();
+    case v1::WorkerBuffer::INIT_NOT_SET: std::memset(out, 0, count * ElementBytes(type)); return;
   }
+}
+
+}  // namespace
+
+absl::Status FillRange(const v1::WorkerBuffer& buffer, std::int64_t first, std::int64_t count,
+                       void* out, int threads) {
+  const std::size_t eb = ElementBytes(buffer.type());
+  if (eb == 0) return absl::InvalidArgumentError(StrCat("argument ", buffer.name(), ": no type"));
+  if (first < 0 || count < 0 || first + count > buffer.elements()) {
+    return absl::OutOfRangeError(StrCat("argument ", buffer.name(), ": fill range out of bounds"));
+  }
+  if (buffer.init_case() == v1::WorkerBuffer::kData &&
+      buffer.data().size() != static_cast<std::size_t>(buffer.elements()) * eb) {
+    return absl::InvalidArgumentError(
+        StrCat("argument ", buffer.name(), ": the data has ", buffer.data().size(),
+               " bytes, the buffer ", static_cast<std::size_t>(buffer.elements()) * eb, " (",
+               buffer.elements(), " ", ElementName(buffer.type()), ")"));
+  }
+  constexpr std::int64_t kPerThread = 1 << 20;
+  const int n = static_cast<int>(std::clamp<std::int64_t>(count / kPerThread, 1, threads));
+  if (n <= 1) {
+    FillSerial(buffer, static_cast<std::uint64_t>(first), static_cast<std::uint64_t>(count), out);
+    return absl::OkStatus();
+  }
+  std::vector<std::thread> pool;
+  const std::int64_t step = (count + n - 1) / n;
+  for (int t = 0; t < n; ++t) {
+    const std::int64_t lo = t * step, hi = std::min(count, lo + step);
+    if (lo >= hi) break;
+    pool.emplace_back([&buffer, first, lo, hi, out, eb] {
+      FillSerial(buffer, static_cast<std::uint64_t>(first + lo),
+                 static_cast<std::uint64_t>(hi - lo), static_cast<char*>(out) + lo * eb);
+    });
+  }
+  for (std::thread& t : pool) t.join();
   return absl::OkStatus();
+}
+
+absl::Status FillBuffer(const v1::WorkerBuffer& buffer, void* out) {
+  return FillRange(buffer, 0, buffer.elements(), out, 1);
 }
 
 double ElementAsDouble(v1::ElementType type, const void* data, std::size_t i) {

@@ -1,12 +1,15 @@
 #include "tuner/measure/measure_worker.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "ktune/v1/worker.pb.h"
@@ -80,6 +83,7 @@ constexpr unsigned char kGuardByte = 0xa5;
 constexpr unsigned char kPoisonByte = 0xff;  // NaN for floats, -1 for ints
 constexpr auto kIdleGap = std::chrono::milliseconds(200);
 constexpr int kChunk = 4;  // samples enqueued before one synchronisation
+constexpr std::size_t kStagingBytes = std::size_t{64} << 20;  // a multiple of 8
 
 std::string FormatUuid(const CUuuid& u) {
   char buf[64];
@@ -156,11 +160,55 @@ double RelativeError(const std::vector<double>& v) {
   return mean > 0 ? sd / std::sqrt(static_cast<double>(v.size())) / mean : INFINITY;
 }
 
+// Polls NVML from its own thread, so the sampling loop reads clocks and
+// throttling without calling NVML (whose calls can take a millisecond).
+class ClockSampler {
+ public:
+  ClockSampler() = default;
+  ~ClockSampler() { Stop(); }
+  ClockSampler(const ClockSampler&) = delete;
+  ClockSampler& operator=(const ClockSampler&) = delete;
+
+  void Start(Nvml nvml) {
+    Stop();
+    if (!nvml.available()) return;
+    stop_ = false;
+    thread_ = std::thread([this, nvml] {
+      while (!stop_.load()) {
+        clock_mhz_.store(nvml.SmClockMhz());
+        const bool t = nvml.Throttled();
+        throttled_now_.store(t);
+        if (t) throttle_polls_.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int clock_mhz() const { return clock_mhz_.load(); }
+  bool throttled_now() const { return throttled_now_.load(); }
+  // Polls that saw the GPU throttled, since the start.
+  std::uint64_t throttle_polls() const { return throttle_polls_.load(); }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stop_{true};
+  std::atomic<int> clock_mhz_{0};
+  std::atomic<bool> throttled_now_{false};
+  std::atomic<std::uint64_t> throttle_polls_{0};
+};
+
 class Worker {
  public:
   explicit Worker(const cuda::Api& api) : api_(api) {}
 
-  absl::Status Setup(const v1::WorkerSetup& setup, std::string* device_name);
+  // Opens the GPU: context, helper kernels, streams, events, clock sampler.
+  absl::Status Init(int ordinal, std::string* device_name);
+  // A job's arguments and settings (replacing the previous job's).
+  absl::Status Setup(const v1::WorkerSetup& setup);
+  int ordinal() const { return ordinal_; }
   v1::WorkerMeasurement Measure(const v1::WorkerCandidate& candidate);
 
  private:
@@ -177,6 +225,10 @@ class Worker {
   absl::Status Check(CUresult rc, const char* call) { return cuda::Check(api_, rc, call); }
   absl::Status CompileHelpers(const std::string& arch);
   absl::Status Upload(Buffer& b);
+  // Copies `bytes` produced chunk by chunk by `fill(offset, len, host)` to
+  // `dst`, through the pinned staging buffers on the copy stream.
+  absl::Status Stage(CUdeviceptr dst, std::size_t bytes,
+                     const std::function<absl::Status(std::size_t, std::size_t, void*)>& fill);
   absl::Status ResetGuards(CUstream s);
   absl::Status RestoreInputs(CUstream s);
   absl::Status PoisonOutputs(CUstream s);
@@ -196,10 +248,14 @@ class Worker {
   cuda::DeviceMemory flush_;
   cuda::DeviceMemory scratch_;  // compare results
   cuda::PinnedMemory host_small_;
+  cuda::PinnedMemory staging_[2];
+  cuda::Event staged_[2];
   cuda::Module helpers_;
   CUfunction spin_ = nullptr;
   std::vector<CUfunction> compare_;  // by ElementType
-  Nvml nvml_;
+  ClockSampler clocks_;
+  int ordinal_ = -1;
+  int l2_bytes_ = 0;
   int multiprocessors_ = 1;
   int max_shared_optin_ = 48 * 1024;
   Clock::time_point last_activity_{};
@@ -248,22 +304,49 @@ absl::Status Worker::CompileHelpers(const std::string& arch) {
   return absl::OkStatus();
 }
 
-absl::Status Worker::Upload(Buffer& b) {
-  if (b.bytes == 0) return absl::OkStatus();
-  absl::StatusOr<cuda::PinnedMemory> staging = cuda::PinnedMemory::Allocate(api_, b.bytes);
-  if (!staging.ok()) return staging.status();
-  if (absl::Status s = FillBuffer(b.spec, staging->get()); !s.ok()) return s;
+absl::Status Worker::Stage(
+    CUdeviceptr dst, std::size_t bytes,
+    const std::function<absl::Status(std::size_t, std::size_t, void*)>& fill) {
+  // Double-buffered: chunk k+1 is filled on the host while chunk k copies.
   CUstream cs = copy_stream_.get();
-  if (auto s =
-          Check(api_.cuMemcpyHtoDAsync(b.data, staging->get(), b.bytes, cs), "cuMemcpyHtoDAsync");
-      !s.ok()) {
-    return s;
-  }
-  if (b.pristine.get() != 0) {
-    if (auto s = Check(api_.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, cs),
-                       "cuMemcpyDtoDAsync");
+  const std::size_t chunk = staging_[0].size_bytes();
+  for (std::size_t offset = 0, k = 0; offset < bytes; offset += chunk, ++k) {
+    const std::size_t len = std::min(chunk, bytes - offset);
+    const std::size_t slot = k % 2;
+    if (k >= 2) {
+      if (auto s = Check(api_.cuEventSynchronize(staged_[slot].get()), "cuEventSynchronize");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (auto s = fill(offset, len, staging_[slot].get()); !s.ok()) return s;
+    if (auto s = Check(api_.cuMemcpyHtoDAsync(dst + offset, staging_[slot].get(), len, cs),
+                       "cuMemcpyHtoDAsync");
         !s.ok()) {
       return s;
+    }
+    if (auto s = Check(api_.cuEventRecord(staged_[slot].get(), cs), "cuEventRecord"); !s.ok()) {
+      return s;
+    }
+  }
+  return Check(api_.cuStreamSynchronize(cs), "cuStreamSynchronize");
+}
+
+absl::Status Worker::Upload(Buffer& b) {
+  if (b.bytes == 0) return absl::OkStatus();
+  const std::size_t eb = ElementBytes(b.spec.type());
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  absl::Status s = Stage(b.data, b.bytes, [&](std::size_t offset, std::size_t len, void* out) {
+    return FillRange(b.spec, static_cast<std::int64_t>(offset / eb),
+                     static_cast<std::int64_t>(len / eb), out, threads);
+  });
+  if (!s.ok()) return s;
+  if (b.pristine.get() != 0) {
+    if (auto st =
+            Check(api_.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, copy_stream_.get()),
+                  "cuMemcpyDtoDAsync");
+        !st.ok()) {
+      return st;
     }
   }
   if (!b.spec.expected().empty()) {
@@ -272,37 +355,35 @@ absl::Status Worker::Upload(Buffer& b) {
                                                ": the expected data has ", b.spec.expected().size(),
                                                " bytes, the buffer ", b.bytes));
     }
-    std::memcpy(staging->get(), b.spec.expected().data(), b.bytes);
-    if (auto s = Check(api_.cuMemcpyHtoDAsync(b.reference.get(), staging->get(), b.bytes, cs),
-                       "cuMemcpyHtoDAsync");
-        !s.ok()) {
-      return s;
-    }
+    s = Stage(b.reference.get(), b.bytes, [&](std::size_t offset, std::size_t len, void* out) {
+      std::memcpy(out, b.spec.expected().data() + offset, len);
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return s;
     b.has_reference = true;
   }
-  // The staging buffer is freed when this returns: wait for the copies.
-  return Check(api_.cuStreamSynchronize(cs), "cuStreamSynchronize");
+  return Check(api_.cuStreamSynchronize(copy_stream_.get()), "cuStreamSynchronize");
 }
 
-absl::Status Worker::Setup(const v1::WorkerSetup& setup, std::string* device_name) {
-  setup_ = setup;
-  buffers_.clear();
-  absl::StatusOr<cuda::Context> ctx = cuda::Context::Open(api_, setup.device_ordinal());
+absl::Status Worker::Init(int ordinal, std::string* device_name) {
+  ordinal_ = ordinal;
+  absl::StatusOr<cuda::Context> ctx = cuda::Context::Open(api_, ordinal);
   if (!ctx.ok()) return ctx.status();
   context_.emplace(*std::move(ctx));
   const CUdevice d = context_->device();
   char name[256] = {};
   api_.cuDeviceGetName(name, sizeof name, d);
   *device_name = name;
-  int major = 0, minor = 0, l2 = 0;
+  int major = 0, minor = 0;
   api_.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
   api_.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
   api_.cuDeviceGetAttribute(&multiprocessors_, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
-  api_.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d);
+  api_.cuDeviceGetAttribute(&l2_bytes_, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d);
   api_.cuDeviceGetAttribute(&max_shared_optin_,
                             CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d);
   CUuuid uuid;
-  if (api_.cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS) nvml_ = Nvml::ForUuid(FormatUuid(uuid));
+  if (api_.cuDeviceGetUuid(&uuid, d) == CUDA_SUCCESS)
+    clocks_.Start(Nvml::ForUuid(FormatUuid(uuid)));
 
   if (auto s = CompileHelpers(StrCat("sm_", major, minor)); !s.ok()) return s;
   absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
@@ -334,9 +415,25 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup, std::string* device_nam
   absl::StatusOr<cuda::PinnedMemory> small = cuda::PinnedMemory::Allocate(api_, 2 * kGuardBytes);
   if (!small.ok()) return small.status();
   host_small_ = *std::move(small);
-  if (setup.settings().flush_l2() && l2 > 0) {
+  // Pinned staging for uploads: two chunks, kept for every job.
+  for (int k = 0; k < 2; ++k) {
+    absl::StatusOr<cuda::PinnedMemory> p = cuda::PinnedMemory::Allocate(api_, kStagingBytes);
+    if (!p.ok()) return p.status();
+    staging_[k] = *std::move(p);
+    absl::StatusOr<cuda::Event> ev = cuda::CreateEvent(api_);
+    if (!ev.ok()) return ev.status();
+    staged_[k] = *std::move(ev);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
+  setup_ = setup;
+  buffers_.clear();
+  flush_ = cuda::DeviceMemory();
+  if (setup.settings().flush_l2() && l2_bytes_ > 0) {
     absl::StatusOr<cuda::DeviceMemory> f =
-        cuda::DeviceMemory::Allocate(api_, 2 * static_cast<std::size_t>(l2));
+        cuda::DeviceMemory::Allocate(api_, 2 * static_cast<std::size_t>(l2_bytes_));
     if (!f.ok()) return f.status();
     flush_ = *std::move(f);
   }
@@ -540,6 +637,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   };
 
   absl::StatusOr<cuda::Module> module = cuda::LoadModule(api_, c.cubin());
+  out.set_load_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  const auto verify_start = Clock::now();
   if (!module.ok()) return launch_error(std::string(module.status().message()));
   CUfunction f = nullptr;
   if (CUresult rc = api_.cuModuleGetFunction(&f, module->get(), c.function().c_str());
@@ -651,16 +750,21 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     }
   }
 
+  out.set_verify_ms(std::chrono::duration<double, std::milli>(Clock::now() - verify_start).count());
+
   // 2. Warm-up after start or an idle gap (the GPU clocks down when idle).
   if (Clock::now() - last_activity_ > kIdleGap) {
     if (auto st = WarmUp(); !st.ok()) return infra(st);
   }
 
   // 3. How many launches make a sample: one, unless the kernel is short.
+  // The first launch after loading carries one-time costs, so a kernel
+  // that looks short is timed once more before deciding.
   const bool restore = std::any_of(buffers_.begin(), buffers_.end(),
                                    [](const Buffer& b) { return b.pristine.get() != 0; });
+  double busy = first_ms;  // event-timed kernel work, the untimed launches included
   float second_ms = first_ms;
-  {
+  if (settings.short_kernel_ms() > 0 && first_ms < 0.25f) {
     if (restore) {
       if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
     }
@@ -679,6 +783,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
         rc != CUDA_SUCCESS) {
       return cuda_failure(rc, "cuEventElapsedTime", false);
     }
+    busy += second_ms;
   }
   int per_sample = 1;
   if (settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
@@ -697,23 +802,28 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       if (api_.cuStreamEndCapture(s, &g) == CUDA_SUCCESS && g != nullptr) {
         graph = cuda::Graph(&api_, g);
         CUgraphExec ge = nullptr;
-        if (api_.cuGraphInstantiate(&ge, g, 0) == CUDA_SUCCESS)
+        if (api_.cuGraphInstantiateWithFlags(&ge, g, 0) == CUDA_SUCCESS)
           graph_exec = cuda::GraphExec(&api_, ge);
       }
     }
   }
 
   // 4. Samples, enqueued kChunk at a time so the GPU never waits on us.
-  out.set_sm_clock_mhz_before(nvml_.SmClockMhz());
+  out.set_sm_clock_mhz_before(clocks_.clock_mhz());
   std::vector<double> samples;
-  double busy = 0;
   int discarded = 0;
-  const int min_samples = std::max(1, settings.min_samples());
+  const int min_samples =
+      std::max(1, c.min_samples() > 0 ? c.min_samples() : settings.min_samples());
   const int max_samples = std::max(min_samples, settings.max_samples());
+  const bool racing = !c.no_racing() && settings.racing_factor() > 0 && c.best_ms() > 0;
   while (true) {
-    const int n = std::min(kChunk, max_samples - static_cast<int>(samples.size()));
+    // The first chunk stops where racing can first decide.
+    const int chunk =
+        samples.empty() && racing ? std::clamp(settings.racing_min_samples(), 1, kChunk) : kChunk;
+    const int n = std::min(chunk, max_samples - static_cast<int>(samples.size()));
     if (n <= 0) break;
-    const bool throttled_before = nvml_.Throttled();
+    const bool throttled_before = clocks_.throttled_now();
+    const std::uint64_t polls_before = clocks_.throttle_polls();
     for (int i = 0; i < n; ++i) {
       if (restore) {
         if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
@@ -749,7 +859,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
         rc != CUDA_SUCCESS) {
       return cuda_failure(rc, "running the kernel", false);
     }
-    const bool throttled = throttled_before || nvml_.Throttled();
+    const bool throttled =
+        throttled_before || clocks_.throttled_now() || clocks_.throttle_polls() != polls_before;
     for (int i = 0; i < n; ++i) {
       float ms = 0;
       if (CUresult rc = api_.cuEventElapsedTime(&ms, starts_[static_cast<std::size_t>(i)].get(),
@@ -771,15 +882,14 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() && count >= 1) {
       break;
     }
-    if (!c.no_racing() && settings.racing_factor() > 0 && c.best_ms() > 0 &&
-        count >= std::max(1, settings.racing_min_samples()) &&
+    if (racing && count >= std::max(1, settings.racing_min_samples()) &&
         FirstQuartile(samples) > settings.racing_factor() * c.best_ms()) {
       out.set_raced(true);
       break;
     }
     if (count >= min_samples && RelativeError(samples) < settings.target_relative_noise()) break;
   }
-  out.set_sm_clock_mhz_after(nvml_.SmClockMhz());
+  out.set_sm_clock_mhz_after(clocks_.clock_mhz());
   out.set_throttled_samples_discarded(discarded);
   out.set_gpu_busy_ms(busy);
   if (samples.empty()) {
@@ -801,26 +911,37 @@ int RunMeasureWorker(const std::vector<std::string>& args) {
   DieWithParent();
   MessageChannel channel = ParentChannel();
   std::unique_ptr<Worker> worker;
+  std::string device_name;
   while (true) {
     v1::WorkerRequest request;
     if (!channel.Receive(&request).ok()) return 0;
     v1::WorkerResponse response;
     switch (request.request_case()) {
       case v1::WorkerRequest::kListDevices: *response.mutable_devices() = ListDevices(); break;
+      case v1::WorkerRequest::kInitDevice:
       case v1::WorkerRequest::kSetup: {
-        absl::StatusOr<const cuda::Api*> api = cuda::Load();
-        if (!api.ok()) {
-          response.set_error(std::string(api.status().message()));
-          break;
+        const int ordinal =
+            request.has_setup() ? request.setup().device_ordinal() : request.init_device();
+        if (worker == nullptr || worker->ordinal() != ordinal) {
+          absl::StatusOr<const cuda::Api*> api = cuda::Load();
+          if (!api.ok()) {
+            response.set_error(std::string(api.status().message()));
+            break;
+          }
+          worker = std::make_unique<Worker>(**api);
+          if (absl::Status s = worker->Init(ordinal, &device_name); !s.ok()) {
+            response.set_error(std::string(s.message()));
+            worker.reset();
+            break;
+          }
         }
-        worker = std::make_unique<Worker>(**api);
-        std::string name;
-        if (absl::Status s = worker->Setup(request.setup(), &name); !s.ok()) {
-          response.set_error(std::string(s.message()));
-          worker.reset();
-        } else {
-          response.set_setup_done(name);
+        if (request.has_setup()) {
+          if (absl::Status s = worker->Setup(request.setup()); !s.ok()) {
+            response.set_error(std::string(s.message()));
+            break;
+          }
         }
+        response.set_setup_done(device_name);
         break;
       }
       case v1::WorkerRequest::kCandidate:
