@@ -11,6 +11,7 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_device.h"
+#include "tuner/device/cuda_driver.h"
 #include "tuner/measure/fill.h"
 #include "tuner/measure/measure_worker.h"
 #include "tuner/session/job.h"
@@ -19,6 +20,21 @@ namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Every CUDA handle has exactly one move-only owner.
+static_assert(std::is_nothrow_move_constructible_v<cuda::Module>);
+static_assert(!std::is_copy_constructible_v<cuda::Module>);
+static_assert(std::is_nothrow_move_constructible_v<cuda::Stream>);
+static_assert(!std::is_copy_constructible_v<cuda::Stream>);
+static_assert(std::is_nothrow_move_constructible_v<cuda::Event>);
+static_assert(!std::is_copy_assignable_v<cuda::Event>);
+static_assert(std::is_nothrow_move_constructible_v<cuda::DeviceMemory>);
+static_assert(!std::is_copy_constructible_v<cuda::DeviceMemory>);
+static_assert(std::is_nothrow_move_constructible_v<cuda::PinnedMemory>);
+static_assert(!std::is_copy_constructible_v<cuda::PinnedMemory>);
+static_assert(std::is_nothrow_move_constructible_v<cuda::Context>);
+static_assert(!std::is_copy_constructible_v<cuda::Context>);
+static_assert(!std::is_copy_constructible_v<CompilePool>);
 
 const Nvrtc* NvrtcOrSkip() {
   absl::StatusOr<const Nvrtc*> n = Nvrtc::Get();

@@ -54,8 +54,28 @@ class FakeDevice final : public Device {
     return m;
   }
 
+  // Re-measurement: each call returns the configuration's time scaled by
+  // `remeasure_factor` (per key), so a test can reorder the contenders.
+  bool can_remeasure() const override { return remeasure; }
+  absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override {
+    std::vector<Measurement> out;
+    for (const Config& c : configs) {
+      remeasured.push_back(space_->Key(c));
+      absl::StatusOr<Measurement> m = Evaluate(c);
+      if (!m.ok()) return m.status();
+      --calls[space_->Key(c)];
+      auto it = remeasure_factor.find(space_->Key(c));
+      if (it != remeasure_factor.end()) m->time = m->time * it->second;
+      out.push_back(*m);
+    }
+    return out;
+  }
+
   std::map<std::string, int> calls;
   int fail_device_after = -1;
+  bool remeasure = false;
+  std::vector<std::string> remeasured;
+  std::map<std::string, double> remeasure_factor;
 
  private:
   DeviceInfo info_;
@@ -198,6 +218,42 @@ TEST_F(SessionTest, TimeBudgetChargesRecordedCost) {
   EXPECT_EQ(r->end_reason, "time budget spent");
   EXPECT_EQ(r->progress.evaluations, 11);
   EXPECT_NEAR(r->progress.elapsed.count(), 1100, 1e-9);
+}
+
+TEST_F(SessionTest, FinalContendersAreRemeasuredOnceAndDecideTheBest) {
+  FakeDevice device;
+  device.remeasure = true;
+  // The leader by a first measurement turns out slower when re-measured.
+  device.remeasure_factor["5,3"] = 3.0;  // 1 ms -> 3 ms
+  const Job job = MakeJob("brute_force", 0, 0);
+  absl::StatusOr<SessionResult> r = RunJob(job, device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // The three best by their first measurement: 5,3 (1 ms) and two of 2 ms.
+  ASSERT_EQ(device.remeasured.size(), 3u);
+  EXPECT_EQ(device.remeasured[0], "5,3");
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_NE(r->best->key, "5,3");
+  EXPECT_DOUBLE_EQ(r->best->measurement.time.count(), 2.0);
+  EXPECT_TRUE(r->best->measurement.conditions.final_round);
+  // The store agrees: the measurement was replaced and the best recomputed.
+  auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ((*best)[0].key, r->best->key);
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = store_->LoadMeasurements(r->job.id);
+  for (const StoredMeasurement& m : *ms) {
+    if (m.key == "5,3") {
+      EXPECT_DOUBLE_EQ(m.measurement.time.count(), 3.0);
+      EXPECT_TRUE(m.measurement.conditions.final_round);
+    }
+  }
+  // Running the job again replays everything and re-measures nothing.
+  FakeDevice again;
+  again.remeasure = true;
+  absl::StatusOr<SessionResult> r2 = RunJob(job, again);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(again.remeasured.empty());
+  EXPECT_TRUE(again.calls.empty());
+  EXPECT_EQ(r2->best->key, r->best->key);
 }
 
 TEST_F(SessionTest, DeviceFailureFailsTheJobButKeepsWhatWasMeasured) {

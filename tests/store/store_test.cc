@@ -233,6 +233,66 @@ TEST_F(StoreTest, MigratesForwardAndKeepsData) {
   EXPECT_THAT(std::string(old.status().message()), HasSubstr("schema version 2 is newer"));
 }
 
+TEST_F(StoreTest, AVersionOneDatabaseIsMigratedWithItsData) {
+  // A database as the first release wrote it: schema 1 only.
+  {
+    int version = 0;
+    absl::StatusOr<sqlite::Db> db = OpenMigrated(path_, true, SchemaMigrations().first(1), &version);
+    ASSERT_TRUE(db.ok()) << db.status();
+    ASSERT_EQ(version, 1);
+    ASSERT_TRUE(db->Exec(R"sql(
+INSERT INTO devices (uuid, name) VALUES ('GPU-1', 'Old GPU');
+INSERT INTO kernels (name, source_hash, parameters) VALUES ('k', 'h', 'a');
+INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy, seed, objective,
+                  state, created_at, updated_at)
+  VALUES ('old', 1, 1, '{}', x'', '{}', 'random', 0, 'time', 'succeeded', 't', 't');
+INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms, loss, measured_at)
+  VALUES ('old', 0, '1', '{"a":1}', 'ok', 2.5, 2.5, 't');
+)sql").ok());
+  }
+  absl::StatusOr<Store> s = Store::Open(path_, false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->schema_version(), SchemaMigrations().back().version);
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = s->LoadMeasurements("old");
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  ASSERT_EQ(ms->size(), 1u);
+  EXPECT_DOUBLE_EQ((*ms)[0].measurement.time.count(), 2.5);
+  EXPECT_FALSE((*ms)[0].measurement.conditions.final_round);  // the new columns' defaults
+  EXPECT_TRUE((*ms)[0].measurement.samples_ms.empty());
+  EXPECT_TRUE(s->CheckIntegrity().ok());
+}
+
+TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s->StartJob(MakeJob("job1"), nullptr).ok());
+  StoredMeasurement m = Ok(0, "a", 1.5);
+  m.measurement.samples_ms = {1.4, 1.5, 1.6};
+  m.measurement.conditions.sm_clock_mhz_before = 1980;
+  m.measurement.conditions.raced = true;
+  m.measurement.conditions.launches_per_sample = 8;
+  m.measurement.conditions.gpu_busy = Millis(12.5);
+  ASSERT_TRUE(s->AddMeasurement("job1", m).ok());
+  const StoredMeasurement back = (*s->LoadMeasurements("job1"))[0];
+  EXPECT_EQ(back.measurement.samples_ms, m.measurement.samples_ms);
+  EXPECT_EQ(back.measurement.conditions.sm_clock_mhz_before, 1980);
+  EXPECT_TRUE(back.measurement.conditions.raced);
+  EXPECT_EQ(back.measurement.conditions.launches_per_sample, 8);
+  EXPECT_DOUBLE_EQ(back.measurement.conditions.gpu_busy.count(), 12.5);
+  // Updating keeps the sequence and replaces the values.
+  m.measurement.time = Millis(9.0);
+  m.loss = 9.0;
+  m.measurement.conditions.final_round = true;
+  ASSERT_TRUE(s->UpdateMeasurement("job1", m).ok());
+  ASSERT_TRUE(s->RefreshBest("job1").ok());
+  const StoredMeasurement updated = (*s->LoadMeasurements("job1"))[0];
+  EXPECT_DOUBLE_EQ(updated.measurement.time.count(), 9.0);
+  EXPECT_TRUE(updated.measurement.conditions.final_round);
+  EXPECT_DOUBLE_EQ((*s->FindBest("saxpy", std::nullopt, std::nullopt, std::nullopt))[0].time_ms, 9.0);
+  StoredMeasurement missing = m;
+  missing.key = "zz";
+  EXPECT_EQ(s->UpdateMeasurement("job1", missing).code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(StoreTest, AFailedMigrationChangesNothing) {
   const Migration broken[] = {{1, "CREATE TABLE a (x INTEGER); THIS IS NOT SQL;"}};
   absl::StatusOr<sqlite::Db> s = OpenMigrated(path_, true, broken, nullptr);
