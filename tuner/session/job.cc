@@ -167,8 +167,20 @@ absl::Status ValidateSettings(const v1::JobSpec& spec) {
   if (!(m.racing_factor() == 0 || m.racing_factor() >= 1)) {
     return Invalid("measurement.racing_factor: must be 0 (off) or at least 1");
   }
-  if (m.final_contenders() < 0)
+  if (m.final_contenders() < 0) {
     return Invalid("measurement.final_contenders: must not be negative");
+  }
+  // Parts of the API that are designed but not built yet are refused, not
+  // silently ignored.
+  if (m.load().kind() == v1::LoadProfile::UNDER_LOAD ||
+      m.load().kind() == v1::LoadProfile::CONCURRENT) {
+    return Invalid(StrCat("measurement.load.kind: ", v1::LoadProfile::Kind_Name(m.load().kind()),
+                          " is not supported yet (only ISOLATED)"));
+  }
+  if (m.rotate_inputs()) return Invalid("measurement.rotate_inputs: not supported yet");
+  if (spec.device().devices_size() > 1) {
+    return Invalid("device.devices: one device per job for now");
+  }
   const v1::Verification& v = spec.verification();
   if (!(v.atol() >= 0)) return Invalid("verification.atol: must not be negative");
   if (!(v.rtol() >= 0)) return Invalid("verification.rtol: must not be negative");
