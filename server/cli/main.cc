@@ -8,11 +8,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +34,7 @@
 #include "tuner/device/cuda_device.h"
 #include "tuner/measure/measure_worker.h"
 #endif
+#include "tuner/session/evaluate.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -101,6 +104,21 @@ const CommandSpec kTuneCommand{
      kJsonFlag},
     1};
 
+const CommandSpec kEvaluateCommand{
+    "evaluate",
+    "ktune evaluate --device sim:FILE [--device sim:FILE ...] --strategy a,b,c [flags]",
+    "Scores search strategies on recorded spaces: per space and strategy, the score at\n"
+    "the short and the long budget (0 = random search, 1 = the optimum at once; see\n"
+    "README), the mean fraction of the optimum after 20, 50, 100 and 200\n"
+    "evaluations, and the strategy's time per proposal; then the averages.",
+    {{"device", "sim:FILE", "a recorded space (repeatable)", true},
+     {"strategy", "NAMES", "comma-separated strategies (default: auto)"},
+     {"repeats", "N", "seeded repeats per space and strategy (default 30)"},
+     {"batch", "N", "configurations asked at once (default 1)"},
+     {"seed", "N", "first seed (default 0)"},
+     kJsonFlag},
+    0};
+
 const CommandSpec kDevicesCommand{
     "devices",
     "ktune devices [--json]",
@@ -144,7 +162,9 @@ std::string MainHelp() {
                 "  jobs      list stored jobs\n"
                 "  show      show one job and its measurements\n"
                 "  devices   list this machine's GPUs\n"
+                "  evaluate  score search strategies on recorded spaces\n"
                 "  devices   list this machine's GPUs\n"
+                "  evaluate  score search strategies on recorded spaces\n"
                 "  version   print the version\n\n"
                 "Run 'ktune COMMAND --help' for a command's flags.\n");
 }
@@ -590,6 +610,125 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   return std::nullopt;
 }
 
+std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
+  const std::vector<std::string> devices = args.GetAll("device");
+  if (devices.empty()) {
+    return Failure{kExitInvalidInput, "ktune evaluate: give at least one --device sim:FILE"};
+  }
+  std::vector<std::string> strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
+  const std::vector<std::string> known = StrategyNames();
+  for (const std::string& s : strategies) {
+    if (std::find(known.begin(), known.end(), s) == known.end()) {
+      return Failure{kExitInvalidInput, StrCat("--strategy: unknown strategy '", s,
+                                               "'; known: ", StrJoin(known, ", "))};
+    }
+  }
+  absl::StatusOr<std::optional<std::int64_t>> repeats = args.GetInt("repeats", 1, 100000);
+  if (!repeats.ok()) return InvalidInput(repeats.status());
+  absl::StatusOr<std::optional<std::int64_t>> batch = args.GetInt("batch", 1, 4096);
+  if (!batch.ok()) return InvalidInput(batch.status());
+  absl::StatusOr<std::optional<std::uint64_t>> seed = args.GetUint("seed");
+  if (!seed.ok()) return InvalidInput(seed.status());
+  EvaluateOptions options;
+  options.repeats = static_cast<int>(repeats->value_or(30));
+  options.batch = static_cast<int>(batch->value_or(1));
+  options.seed = seed->value_or(0);
+
+  std::vector<RecordedSpace> recordings;
+  for (const std::string& d : devices) {
+    if (d.rfind("sim:", 0) != 0) {
+      return Failure{kExitInvalidInput, StrCat("--device ", d, ": give sim:FILE")};
+    }
+    absl::StatusOr<RecordedSpace> rs = RecordedSpace::Load(d.substr(4));
+    if (!rs.ok())
+      return Failure{kExitInvalidInput, StrCat("--device ", d, ": ", rs.status().message())};
+    recordings.push_back(*std::move(rs));
+  }
+  Json out = Json::MakeObject();
+  Json spaces = Json::MakeArray();
+  std::map<std::string, std::vector<double>> short_scores, long_scores;
+  const bool json = args.Has("json");
+  if (!json) {
+    std::printf("%-44s %-12s %7s %7s %6s %6s %6s %6s %9s\n", "SPACE (short/long budget)",
+                "STRATEGY", "SHORT", "LONG", "@20", "@50", "@100", "@200", "MS/PROP");
+  }
+  for (std::size_t i = 0; i < recordings.size(); ++i) {
+    const RecordedSpace& rs = recordings[i];
+    const ScoreBaseline baseline = BaselineOf(rs);
+    std::string label = devices[i].substr(devices[i].find_last_of('/') + 1);
+    Json space = Json::MakeObject();
+    space.Set("space", devices[i]);
+    space.Set("short_budget", baseline.short_budget());
+    space.Set("long_budget", baseline.long_budget());
+    Json results = Json::MakeArray();
+    for (const std::string& name : strategies) {
+      StrategyFactory factory = [&](const Space& sp, std::uint64_t s) {
+        StrategyOptions so;
+        so.seed = s;
+        so.max_evaluations = baseline.long_budget();
+        return MakeStrategy(name, sp, so);
+      };
+      absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, options);
+      if (!sc.ok()) return Error(sc.status());
+      short_scores[name].push_back(sc->short_score);
+      long_scores[name].push_back(sc->long_score);
+      if (json) {
+        Json r = Json::MakeObject();
+        r.Set("strategy", name);
+        r.Set("short_score", sc->short_score);
+        r.Set("long_score", sc->long_score);
+        Json f = Json::MakeArray();
+        for (double v : sc->fraction_of_optimum) f.Push(v);
+        r.Set("fraction_of_optimum_at_20_50_100_200", std::move(f));
+        r.Set("ms_per_proposal", sc->time_per_proposal.count());
+        results.Push(std::move(r));
+      } else {
+        std::printf("%-44s %-12s %7.3f %7.3f %6.3f %6.3f %6.3f %6.3f %9.3f\n",
+                    StrCat(label.substr(0, 34), " (", baseline.short_budget(), "/",
+                           baseline.long_budget(), ")")
+                        .c_str(),
+                    name.c_str(), sc->short_score, sc->long_score, sc->fraction_of_optimum[0],
+                    sc->fraction_of_optimum[1], sc->fraction_of_optimum[2],
+                    sc->fraction_of_optimum[3], sc->time_per_proposal.count());
+        std::fflush(stdout);
+      }
+    }
+    space.Set("results", std::move(results));
+    spaces.Push(std::move(space));
+  }
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  Json averages = Json::MakeArray();
+  for (const std::string& name : strategies) {
+    const double lo = *std::min_element(long_scores[name].begin(), long_scores[name].end());
+    if (json) {
+      Json a = Json::MakeObject();
+      a.Set("strategy", name);
+      a.Set("short_score", mean(short_scores[name]));
+      a.Set("long_score", mean(long_scores[name]));
+      a.Set("lowest_long_score", lo);
+      averages.Push(std::move(a));
+    } else {
+      std::printf("%-44s %-12s %7.3f %7.3f   (lowest long score %.3f, %d repeats, batch %d)\n",
+                  StrCat("average over ", recordings.size(), " spaces").c_str(), name.c_str(),
+                  mean(short_scores[name]), mean(long_scores[name]), lo, options.repeats,
+                  options.batch);
+    }
+  }
+  if (json) {
+    out.Set("spaces", std::move(spaces));
+    out.Set("averages", std::move(averages));
+    out.Set("repeats", options.repeats);
+    out.Set("batch", options.batch);
+    std::cout << out.Dump() << "\n";
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
 std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
 #ifdef KTUNE_HAVE_CUDA
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(SelfProgram());
@@ -677,6 +816,9 @@ int Main(int argc, char** argv) {
   } else if (command == "devices") {
     spec = &kDevicesCommand;
     run = RunDevices;
+  } else if (command == "evaluate") {
+    spec = &kEvaluateCommand;
+    run = RunEvaluate;
   } else {
     std::cerr << "ktune: unknown command '" << command << "'\n\n" << MainHelp();
     return kExitInvalidInput;

@@ -1,0 +1,154 @@
+#include "tuner/session/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "tuner/base/status_macros.h"
+#include "tuner/base/strings.h"
+
+namespace ktune {
+
+ScoreBaseline::ScoreBaseline(std::vector<double> valid_times, std::int64_t total)
+    : sorted_(std::move(valid_times)), total_(total) {
+  std::sort(sorted_.begin(), sorted_.end());
+  if (sorted_.empty()) sorted_.push_back(0);
+  const auto valid = static_cast<std::int64_t>(sorted_.size());
+  const std::int64_t k = (4 * valid + 99) / 100;  // ceil(0.04 * valid)
+  short_budget_ = (total_ + 1 + k) / (k + 1);     // ceil((N + 1) / (k + 1))
+}
+
+double ScoreBaseline::RandomBest(std::int64_t b) const {
+  const std::int64_t n = total_;
+  const auto v = static_cast<std::int64_t>(sorted_.size());
+  if (b <= 0) return sorted_.back();
+  if (b > n - 0) b = n;
+  // q(m): the probability that b draws without replacement from n miss m
+  // given items, C(n - m, b) / C(n, b), through log-gamma.
+  const double log_cnb = std::lgamma(n + 1.0) - std::lgamma(n - b + 1.0);
+  auto q = [&](std::int64_t m) {
+    if (n - m < b) return 0.0;
+    return std::exp(std::lgamma(static_cast<double>(n - m) + 1.0) -
+                    std::lgamma(static_cast<double>(n - m - b) + 1.0) - log_cnb);
+  };
+  double expected = 0;
+  double previous = 1.0;  // q(0)
+  for (std::int64_t i = 1; i <= v; ++i) {
+    const double current = q(i);
+    expected += sorted_[static_cast<std::size_t>(i - 1)] * (previous - current);
+    previous = current;
+    if (previous == 0) break;
+  }
+  // No valid configuration among the draws: the worst valid time counts.
+  expected += sorted_.back() * previous;
+  return expected;
+}
+
+double ScoreBaseline::Score(const std::vector<double>& s, std::int64_t budget) const {
+  const double optimum = sorted_.front();
+  double sum = 0;
+  for (std::int64_t b = 1; b <= budget; ++b) {
+    const double r = RandomBest(b);
+    const double sb =
+        s.empty() ? sorted_.back()
+                  : s[static_cast<std::size_t>(
+                        std::min<std::int64_t>(b, static_cast<std::int64_t>(s.size())) - 1)];
+    // R(b) = O up to rounding: the term counts 1.
+    if (r - optimum <= 1e-12 * std::max(1.0, std::fabs(optimum))) {
+      sum += 1;
+    } else {
+      sum += (r - sb) / (r - optimum);
+    }
+  }
+  return budget > 0 ? sum / static_cast<double>(budget) : 0;
+}
+
+ScoreBaseline BaselineOf(const RecordedSpace& recording) {
+  std::vector<double> times;
+  for (const RecordedEntry& e : recording.entries()) {
+    if (e.measurement.ok()) times.push_back(e.measurement.time.count());
+  }
+  return ScoreBaseline(std::move(times), static_cast<std::int64_t>(recording.entries().size()));
+}
+
+absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
+                                               const std::string& name,
+                                               const StrategyFactory& factory,
+                                               const EvaluateOptions& options) {
+  KTUNE_ASSIGN_OR_RETURN(Space space, recording.ToSpace());
+  const ScoreBaseline baseline = BaselineOf(recording);
+  std::unordered_map<Config, const RecordedEntry*, ConfigHash> outcome;
+  for (const RecordedEntry& e : recording.entries()) outcome.emplace(e.config, &e);
+  const std::int64_t budget = baseline.long_budget();
+  const auto horizon = static_cast<std::size_t>(budget);
+
+  StrategyScore score;
+  score.strategy = name;
+  score.repeats = options.repeats;
+  std::vector<double> mean(horizon, 0);
+  double strategy_ms = 0;
+  std::int64_t proposals = 0;
+  static constexpr int kMarks[] = {20, 50, 100, 200};
+  std::vector<double> fraction(std::size(kMarks), 0);
+  for (int r = 0; r < options.repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<Strategy>> strategy =
+        factory(space, options.seed + static_cast<std::uint64_t>(r));
+    if (!strategy.ok()) return strategy.status();
+    double spent =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> curve;
+    curve.reserve(horizon);
+    double best = baseline.worst();
+    while (curve.size() < horizon) {
+      const std::size_t n = std::min<std::size_t>(
+          static_cast<std::size_t>(std::max(1, options.batch)), horizon - curve.size());
+      const auto a0 = std::chrono::steady_clock::now();
+      const std::vector<Config> asked = (*strategy)->Ask(n);
+      spent +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
+      if (asked.empty()) break;
+      if (asked.size() > n) {
+        return absl::InternalError(StrCat(name, " asked for ", n, " proposed ", asked.size()));
+      }
+      for (const Config& c : asked) {
+        auto it = outcome.find(c);
+        if (it == outcome.end()) {
+          return absl::InternalError(
+              StrCat(name, " proposed ", space.Key(c), ", which is not in the space"));
+        }
+        Outcome o;
+        o.status = it->second->measurement.status;
+        if (o.ok()) {
+          o.loss = it->second->measurement.time.count();
+          best = std::min(best, o.loss);
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        (*strategy)->Tell(c, o);
+        spent += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
+                     .count();
+        curve.push_back(best);
+        ++proposals;
+      }
+    }
+    strategy_ms += spent;
+    // A run that stops early keeps its last best.
+    const double last = curve.empty() ? baseline.worst() : curve.back();
+    curve.resize(horizon, last);
+    for (std::size_t b = 0; b < horizon; ++b) mean[b] += curve[b] / options.repeats;
+    for (std::size_t m = 0; m < std::size(kMarks); ++m) {
+      const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), horizon) - 1;
+      fraction[m] += baseline.optimum() / curve[at] / options.repeats;
+    }
+  }
+  score.short_score = baseline.Score(mean, baseline.short_budget());
+  score.long_score = baseline.Score(mean, budget);
+  score.fraction_of_optimum = fraction;
+  score.time_per_proposal =
+      std::chrono::duration<double, std::milli>(proposals > 0 ? strategy_ms / proposals : 0);
+  score.mean_curve = std::move(mean);
+  return score;
+}
+
+}  // namespace ktune

@@ -1,0 +1,93 @@
+// Scoring search strategies on recorded spaces, the way results compare
+// with other tuners.
+//
+// For one recorded space: N = all configurations (valid and failed), valid
+// times t with optimum O, k = ceil(0.04 * valid), the short budget
+// B = ceil((N + 1) / (k + 1)) (the expected number of uniform random draws
+// to hit the best 4%), the long budget 10 B. R(b) is the exact expected
+// best-so-far time of uniform random sampling without replacement after b
+// evaluations (failed configurations never improve it); S(b) a strategy's
+// best-so-far after b evaluations averaged over repeats. Before the first
+// valid configuration the best-so-far is the worst valid time; a run that
+// stops early keeps its last best. Score = mean over b = 1..budget of
+// (R(b) - S(b)) / (R(b) - O), a term counting 1 where R(b) = O: 0 is random
+// search, 1 the optimum at once, negative worse than random.
+#ifndef KTUNE_TUNER_SESSION_EVALUATE_H_
+#define KTUNE_TUNER_SESSION_EVALUATE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/device/recorded.h"
+#include "tuner/space/config.h"
+#include "tuner/space/space.h"
+
+namespace ktune {
+
+// The budgets and the random-search baseline of one recorded space.
+class ScoreBaseline {
+ public:
+  // `valid_times`: the times of the valid configurations (any order);
+  // `total`: all configurations, failed ones included.
+  ScoreBaseline(std::vector<double> valid_times, std::int64_t total);
+
+  std::int64_t short_budget() const { return short_budget_; }
+  std::int64_t long_budget() const { return 10 * short_budget_; }
+  double optimum() const { return sorted_.front(); }
+  double worst() const { return sorted_.back(); }
+  // R(b) for b >= 1 (b beyond the space size gives the optimum).
+  double RandomBest(std::int64_t b) const;
+  // The score of best-so-far curve `s` (s[b - 1] is S(b)) over b = 1..budget.
+  double Score(const std::vector<double>& s, std::int64_t budget) const;
+
+ private:
+  std::vector<double> sorted_;
+  std::int64_t total_;
+  std::int64_t short_budget_;
+};
+
+// Makes a fresh strategy for one repeat of a run over `space`, seeded by
+// `seed`. (The evaluator never includes the strategies: whoever calls it
+// supplies this.)
+using StrategyFactory = std::function<absl::StatusOr<std::unique_ptr<Strategy>>(
+    const Space& space, std::uint64_t seed)>;
+
+// One strategy on one recorded space.
+struct StrategyScore {
+  std::string strategy;
+  double short_score = 0;
+  double long_score = 0;
+  // Mean of optimum / best-so-far after 20, 50, 100 and 200 evaluations.
+  std::vector<double> fraction_of_optimum;
+  // Mean wall time the strategy spent per proposed configuration
+  // (Ask and Tell together).
+  std::chrono::duration<double, std::milli> time_per_proposal{0};
+  int repeats = 0;
+  // Mean best-so-far curve over the long budget.
+  std::vector<double> mean_curve;
+};
+
+struct EvaluateOptions {
+  int repeats = 30;
+  int batch = 1;           // configurations asked at once
+  std::uint64_t seed = 0;  // repeat r uses seed + r
+};
+
+// Runs `factory`'s strategy `options.repeats` times over the recording up
+// to the long budget (or the space's end) and scores it.
+absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
+                                               const std::string& name,
+                                               const StrategyFactory& factory,
+                                               const EvaluateOptions& options);
+
+// The baseline of a recording (all its configurations count).
+ScoreBaseline BaselineOf(const RecordedSpace& recording);
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_SESSION_EVALUATE_H_
