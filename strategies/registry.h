@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,10 @@ struct StrategyOptions {
   std::int64_t max_evaluations = 0;
   // Strategy-specific settings from the job spec.
   std::map<std::string, std::string> settings;
+  // Outcomes of this kernel's configurations measured elsewhere (another
+  // device or problem size), for a warm start: the best are tried first,
+  // and the model-based strategies learn from them.
+  std::vector<std::pair<Config, Outcome>> prior;
 };
 
 // The registered names, sorted.

@@ -112,10 +112,13 @@ const CommandSpec kEvaluateCommand{
     "README), the mean fraction of the optimum after 20, 50, 100 and 200\n"
     "evaluations, and the strategy's time per proposal; then the averages.",
     {{"device", "sim:FILE", "a recorded space (repeatable)", true},
-     {"strategy", "NAMES", "comma-separated strategies (default: auto)"},
+     {"strategy", "NAMES",
+      "comma-separated strategies, each optionally name:key=value:... (default: auto)"},
      {"repeats", "N", "seeded repeats per space and strategy (default 30)"},
      {"batch", "N", "configurations asked at once (default 1)"},
      {"seed", "N", "first seed (default 0)"},
+     {"warm-from", "sim:FILE",
+      "warm-start every run from this recording of the same kernel (another GPU)"},
      kJsonFlag},
     0};
 
@@ -617,8 +620,19 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   }
   std::vector<std::string> strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
   const std::vector<std::string> known = StrategyNames();
+  // A strategy may carry options: name:key=value:key=value.
+  auto base_name = [](const std::string& s) { return s.substr(0, s.find(':')); };
+  auto settings_of = [](const std::string& s) {
+    std::map<std::string, std::string> out;
+    const std::vector<std::string> parts = StrSplit(s, ':');
+    for (std::size_t i = 1; i < parts.size(); ++i) {
+      const std::size_t eq = parts[i].find('=');
+      out[parts[i].substr(0, eq)] = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
+    }
+    return out;
+  };
   for (const std::string& s : strategies) {
-    if (std::find(known.begin(), known.end(), s) == known.end()) {
+    if (std::find(known.begin(), known.end(), base_name(s)) == known.end()) {
       return Failure{kExitInvalidInput, StrCat("--strategy: unknown strategy '", s,
                                                "'; known: ", StrJoin(known, ", "))};
     }
@@ -644,6 +658,16 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       return Failure{kExitInvalidInput, StrCat("--device ", d, ": ", rs.status().message())};
     recordings.push_back(*std::move(rs));
   }
+  std::optional<RecordedSpace> warm;
+  if (auto w = args.Get("warm-from")) {
+    if (w->rfind("sim:", 0) != 0) {
+      return Failure{kExitInvalidInput, StrCat("--warm-from ", *w, ": give sim:FILE")};
+    }
+    absl::StatusOr<RecordedSpace> rs = RecordedSpace::Load(w->substr(4));
+    if (!rs.ok())
+      return Failure{kExitInvalidInput, StrCat("--warm-from ", *w, ": ", rs.status().message())};
+    warm = *std::move(rs);
+  }
   Json out = Json::MakeObject();
   Json spaces = Json::MakeArray();
   std::map<std::string, std::vector<double>> short_scores, long_scores;
@@ -661,12 +685,24 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     space.Set("short_budget", baseline.short_budget());
     space.Set("long_budget", baseline.long_budget());
     Json results = Json::MakeArray();
+    std::vector<std::pair<Config, Outcome>> prior;
+    if (warm) {
+      absl::StatusOr<Space> target = rs.ToSpace();
+      if (!target.ok()) return Error(target.status());
+      prior = PriorFrom(*warm, *target);
+      if (prior.empty()) {
+        return Failure{kExitInvalidInput, StrCat("--warm-from: ", warm->path(),
+                                                 " shares no configurations with ", devices[i])};
+      }
+    }
     for (const std::string& name : strategies) {
       StrategyFactory factory = [&](const Space& sp, std::uint64_t s) {
         StrategyOptions so;
+        so.prior = prior;
         so.seed = s;
         so.max_evaluations = baseline.long_budget();
-        return MakeStrategy(name, sp, so);
+        so.settings = settings_of(name);
+        return MakeStrategy(base_name(name), sp, so);
       };
       absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, options);
       if (!sc.ok()) return Error(sc.status());

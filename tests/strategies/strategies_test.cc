@@ -90,15 +90,17 @@ TEST(RandomSearchTest, LargeSpacesAreSampledWithoutRepeats) {
 
 TEST(RegistryTest, KnownNamesAndHelpfulErrors) {
   const Space space = SmallSpace();
-  EXPECT_EQ(StrategyNames(), (std::vector<std::string>{"auto", "brute_force", "random"}));
+  EXPECT_EQ(StrategyNames(), (std::vector<std::string>{"annealing", "auto", "bayes", "brute_force",
+                                                       "genetic", "local", "random"}));
   EXPECT_TRUE(MakeStrategy("random", space, {}).ok());
   absl::StatusOr<std::unique_ptr<Strategy>> bad = MakeStrategy("genius", space, {});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
-              HasSubstr("unknown strategy 'genius'; known: auto, brute_force, random"));
+              HasSubstr("unknown strategy 'genius'; known: annealing, auto, bayes"));
   StrategyOptions with_setting;
   with_setting.settings["population"] = "10";
   EXPECT_FALSE(MakeStrategy("random", space, with_setting).ok());
+  EXPECT_TRUE(MakeStrategy("genetic", space, with_setting).ok());
 }
 
 TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
@@ -106,7 +108,7 @@ TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
   const auto n = static_cast<std::int64_t>(space.Count().count);
   EXPECT_EQ(ResolveAutoStrategy(space, 0), "brute_force");
   EXPECT_EQ(ResolveAutoStrategy(space, n), "brute_force");
-  EXPECT_EQ(ResolveAutoStrategy(space, n - 1), "random");
+  EXPECT_EQ(ResolveAutoStrategy(space, n - 1), "bayes");
 }
 
 }  // namespace

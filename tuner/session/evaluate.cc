@@ -64,6 +64,34 @@ double ScoreBaseline::Score(const std::vector<double>& s, std::int64_t budget) c
   return budget > 0 ? sum / static_cast<double>(budget) : 0;
 }
 
+std::vector<std::pair<Config, Outcome>> PriorFrom(const RecordedSpace& source,
+                                                  const Space& target) {
+  std::vector<std::pair<Config, Outcome>> out;
+  const std::vector<Parameter>& params = source.params();
+  // Target parameter i takes source parameter from[i].
+  std::vector<std::size_t> from(target.num_params(), params.size());
+  for (std::size_t i = 0; i < target.num_params(); ++i) {
+    for (std::size_t j = 0; j < params.size(); ++j) {
+      if (params[j].name == target.param(i).name) from[i] = j;
+    }
+    if (from[i] == params.size()) return out;  // not the same kernel
+  }
+  for (const RecordedEntry& e : source.entries()) {
+    std::string key;
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      if (i > 0) key.push_back(',');
+      key += FormatValue(params[from[i]].values[e.config.index[from[i]]]);
+    }
+    absl::StatusOr<Config> c = target.ParseKey(key);
+    if (!c.ok() || !target.IsValid(*c)) continue;
+    Outcome o;
+    o.status = e.measurement.status;
+    if (o.ok()) o.loss = e.measurement.time.count();
+    out.emplace_back(*std::move(c), o);
+  }
+  return out;
+}
+
 ScoreBaseline BaselineOf(const RecordedSpace& recording) {
   std::vector<double> times;
   for (const RecordedEntry& e : recording.entries()) {

@@ -88,6 +88,11 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
 // The baseline of a recording (all its configurations count).
 ScoreBaseline BaselineOf(const RecordedSpace& recording);
 
+// The outcomes of `source` (another device or problem, same parameter
+// names) as configurations of `target`, for warm starts. Configurations of
+// the source that `target` does not have are left out.
+std::vector<std::pair<Config, Outcome>> PriorFrom(const RecordedSpace& source, const Space& target);
+
 }  // namespace ktune
 
 #endif  // KTUNE_TUNER_SESSION_EVALUATE_H_

@@ -1,0 +1,380 @@
+#include "strategies/bayes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+namespace ktune {
+namespace {
+
+// Configurations listed for exhaustive acquisition when there are at most
+// this many valid ones.
+constexpr std::uint64_t kListLimit = 200000;
+// Work bound for one round of predictions: observations^2 x candidates.
+constexpr double kPredictionBudget = 4e7;
+constexpr double kExplore = 0.01;   // EI and PI margin (standardised units)
+constexpr double kKappa = 2.0;      // LCB width
+constexpr double kHedgeRate = 1.0;  // how fast the hedge trusts a winner
+
+double NormalPdf(double z) { return 0.3989422804014327 * std::exp(-0.5 * z * z); }
+double NormalCdf(double z) { return 0.5 * std::erfc(-z / std::sqrt(2.0)); }
+
+// The inverse of NormalCdf (Acklam's rational approximation, refined by one
+// Newton step).
+double NormalQuantile(double p) {
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,
+                                 -2.759285104469687e+02, 1.383577518672690e+02,
+                                 -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02,
+                                 -1.556989798598866e+02, 6.680131188771972e+01,
+                                 -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01,
+                                 -2.400758277161838e+00, -2.549732539343734e+00,
+                                 4.374664141464968e+00,  2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01,
+                                 2.445134137142996e+00, 3.754408661907416e+00};
+  p = std::clamp(p, 1e-12, 1 - 1e-12);
+  double x;
+  if (p < 0.02425) {
+    const double q = std::sqrt(-2 * std::log(p));
+    x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  } else if (p <= 1 - 0.02425) {
+    const double q = p - 0.5, r = q * q;
+    x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+        (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+  } else {
+    const double q = std::sqrt(-2 * std::log(1 - p));
+    x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+        ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  const double e = NormalCdf(x) - p;
+  return x - e * std::sqrt(2 * M_PI) * std::exp(0.5 * x * x);
+}
+
+// Optimiser iterations for refitting hyperparameters on `size`
+// observations, last fitted on `fitted_on` (0: never): a full fit first,
+// then short ones while the data are few or have grown by a fifth, else
+// none (the fit changes little between). Updates `fitted_on`.
+int RefitIterations(std::size_t size, std::size_t& fitted_on) {
+  int iterations = 0;
+  if (fitted_on == 0) {
+    iterations = 60;
+  } else if (size < 25 || size * 5 >= fitted_on * 6) {
+    iterations = 25;
+  }
+  if (iterations > 0) fitted_on = size;
+  return iterations;
+}
+
+}  // namespace
+
+BayesianOptimization::BayesianOptimization(const Space& space, std::uint64_t seed,
+                                           BayesOptions options)
+    : space_(space),
+      encoder_(space),
+      rng_(seed),
+      options_(std::move(options)),
+      gp_(std::max<std::size_t>(1, encoder_.dims())),
+      feasibility_(std::max<std::size_t>(1, encoder_.dims())) {
+  initial_ = std::max(1, options_.initial);
+  for (const Config& c : options_.warm) warm_.push_back(c);
+  for (const auto& [c, o] : options_.prior) {
+    if (!o.ok()) prior_failures_.push_back(Observation{encoder_.Encode(c), 0, false});
+  }
+  const SpaceCount count = space_.Count();
+  if (count.exact && count.count <= kListLimit) {
+    Space::Enumerator e = space_.Enumerate();
+    Config c;
+    while (e.Next(&c)) all_.push_back(c);
+    unseen_.resize(all_.size());
+    for (std::size_t i = 0; i < all_.size(); ++i) unseen_[i] = static_cast<std::uint32_t>(i);
+  }
+}
+
+std::optional<Config> BayesianOptimization::RandomUnseen() {
+  if (!all_.empty() || space_.Count().exact) {
+    while (!unseen_.empty()) {
+      const std::size_t k = static_cast<std::size_t>(rng_.Uniform(unseen_.size()));
+      const Config& c = all_[unseen_[k]];
+      std::swap(unseen_[k], unseen_.back());
+      if (seen_.count(c) == 0) {
+        Config out = c;
+        unseen_.pop_back();
+        return out;
+      }
+      unseen_.pop_back();
+    }
+    if (!all_.empty()) return std::nullopt;
+  }
+  for (int attempt = 0; attempt < 10000; ++attempt) {
+    std::optional<Config> c = space_.Sample(rng_);
+    if (!c) return std::nullopt;
+    if (seen_.count(*c) == 0) return c;
+  }
+  return std::nullopt;
+}
+
+void BayesianOptimization::Refit() {
+  // The objective model sees failures too, at the worst successful value: a
+  // gentle penalty that keeps it from believing failing regions unexplored,
+  // without the huge values that would flatten everything else.
+  double worst = -std::numeric_limits<double>::infinity();
+  for (const Observation& o : observations_) {
+    if (o.ok) worst = std::max(worst, o.y);
+  }
+  std::vector<const Observation*> used;
+  for (const Observation& o : observations_) used.push_back(&o);
+  const auto n = static_cast<Eigen::Index>(used.size());
+  const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
+  Eigen::MatrixXd x(n, d);
+  Eigen::VectorXd y(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const Observation& o = *used[static_cast<std::size_t>(i)];
+    for (Eigen::Index j = 0; j < d; ++j) {
+      x(i, j) = encoder_.dims() == 0 ? 0.0 : o.x[static_cast<std::size_t>(j)];
+    }
+    y(i) = o.ok ? o.y : worst;
+  }
+  if (options_.warp) {
+    // Output warping: each value replaced by the normal quantile of its
+    // rank, so a few very slow configurations cannot flatten the rest.
+    std::vector<std::pair<double, Eigen::Index>> order;
+    for (Eigen::Index i = 0; i < n; ++i) order.emplace_back(y(i), i);
+    std::sort(order.begin(), order.end());
+    Eigen::Index i = 0;
+    while (i < n) {
+      Eigen::Index j = i;
+      while (j + 1 < n && order[static_cast<std::size_t>(j + 1)].first ==
+                              order[static_cast<std::size_t>(i)].first) {
+        ++j;
+      }
+      const double rank = 0.5 * static_cast<double>(i + j) + 1;  // ties share a rank
+      const double q = NormalQuantile(rank / static_cast<double>(n + 1));
+      for (Eigen::Index k = i; k <= j; ++k) y(order[static_cast<std::size_t>(k)].second) = q;
+      i = j + 1;
+    }
+  }
+  y_mean_ = y.mean();
+  const double var = (y.array() - y_mean_).square().sum() / std::max<Eigen::Index>(1, n - 1);
+  y_scale_ = var > 1e-12 ? std::sqrt(var) : 1.0;
+  const Eigen::VectorXd ys = (y.array() - y_mean_) / y_scale_;
+  best_standardised_ = std::numeric_limits<double>::infinity();
+  for (Eigen::Index i = 0; i < n; ++i) {
+    if (used[static_cast<std::size_t>(i)]->ok)
+      best_standardised_ = std::min(best_standardised_, ys(i));
+  }
+  gp_.Fit(x, ys, RefitIterations(static_cast<std::size_t>(n), fitted_on_));
+
+  std::size_t ok_count = 0;
+  for (const Observation& o : observations_) ok_count += o.ok ? 1 : 0;
+  any_failure_ = ok_count < observations_.size() + prior_failures_.size();
+  if (!any_failure_) return;
+  const auto all = static_cast<Eigen::Index>(observations_.size() + prior_failures_.size());
+  Eigen::MatrixXd xa(all, d);
+  Eigen::VectorXd labels(all);
+  Eigen::Index row = 0;
+  for (const auto* group : {&observations_, &prior_failures_}) {
+    for (const Observation& o : *group) {
+      for (Eigen::Index j = 0; j < d; ++j) {
+        xa(row, j) = encoder_.dims() == 0 ? 0.0 : o.x[static_cast<std::size_t>(j)];
+      }
+      labels(row++) = o.ok ? 1.0 : -1.0;
+    }
+  }
+  const int f_iterations = RefitIterations(static_cast<std::size_t>(all), feasibility_fitted_on_);
+  // A constant mean at the observed rate: where nothing is known, the
+  // success probability is the rate seen so far.
+  label_mean_ = labels.mean();
+  feasibility_.Fit(xa, (labels.array() - label_mean_).matrix(), f_iterations);
+}
+
+Eigen::VectorXd BayesianOptimization::Feasibility(const Eigen::MatrixXd& xc) const {
+  if (!any_failure_) return Eigen::VectorXd::Ones(xc.rows());
+  Eigen::VectorXd mean, var;
+  feasibility_.Predict(xc, &mean, &var);
+  // The label's posterior mean mapped to [0, 1]: near 1 among successes,
+  // near 0 among failures, a half where nothing is known.
+  return ((mean.array() + label_mean_ + 1.0) * 0.5).cwiseMax(1e-3).cwiseMin(1.0).matrix();
+}
+
+std::vector<Config> BayesianOptimization::Candidates() {
+  std::size_t n_ok = 0;
+  for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
+  const double per = std::max(1.0, static_cast<double>(n_ok) * static_cast<double>(n_ok));
+  const auto affordable = static_cast<std::size_t>(
+      std::max<double>(options_.candidates, std::min(20000.0, kPredictionBudget / per)));
+  std::vector<Config> out;
+  if (!all_.empty()) {
+    // Compact the unseen list, then take it all or a uniform subset.
+    std::vector<std::uint32_t> keep;
+    keep.reserve(unseen_.size());
+    for (std::uint32_t i : unseen_) {
+      if (seen_.count(all_[i]) == 0) keep.push_back(i);
+    }
+    unseen_ = std::move(keep);
+    if (unseen_.size() <= affordable) {
+      for (std::uint32_t i : unseen_) out.push_back(all_[i]);
+      return out;
+    }
+    for (std::size_t k = 0; k < affordable; ++k) {
+      const std::size_t j = k + static_cast<std::size_t>(rng_.Uniform(unseen_.size() - k));
+      std::swap(unseen_[k], unseen_[j]);
+      out.push_back(all_[unseen_[k]]);
+    }
+  } else {
+    std::unordered_set<Config, ConfigHash> picked;
+    for (std::size_t k = 0; k < affordable * 2 && out.size() < affordable; ++k) {
+      std::optional<Config> c = space_.Sample(rng_);
+      if (!c) break;
+      if (seen_.count(*c) == 0 && picked.insert(*c).second) out.push_back(*std::move(c));
+    }
+  }
+  return out;
+}
+
+std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
+  std::vector<Config> out;
+  auto take = [&](Config c) {
+    seen_.insert(c);
+    out.push_back(std::move(c));
+  };
+  TakeWarm(space_, warm_, seen_, n, out);
+  std::size_t n_ok = 0;
+  for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
+  while (out.size() < n &&
+         (observations_.size() + out.size() < static_cast<std::size_t>(initial_) || n_ok < 2)) {
+    std::optional<Config> c = RandomUnseen();
+    if (!c) return out;
+    take(*std::move(c));
+  }
+  while (out.size() < n && options_.random_every > 0 &&
+         (proposals_ + out.size() + 1) % static_cast<std::size_t>(options_.random_every) == 0) {
+    std::optional<Config> c = RandomUnseen();
+    if (!c) break;
+    take(*std::move(c));
+  }
+  if (out.size() >= n) {
+    proposals_ += out.size();
+    return out;
+  }
+
+  Refit();
+  std::vector<Config> candidates = Candidates();
+  if (candidates.empty()) return out;
+  const bool sampled = all_.empty() || candidates.size() < unseen_.size();
+  // Neighbours of the best few, for large spaces.
+  if (sampled) {
+    std::unordered_set<Config, ConfigHash> in(candidates.begin(), candidates.end());
+    std::vector<std::pair<double, std::size_t>> order;
+    for (std::size_t i = 0; i < observations_.size(); ++i) {
+      if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
+    }
+    std::sort(order.begin(), order.end());
+    for (std::size_t k = 0; k < order.size() && k < 5; ++k) {
+      for (Config& nb :
+           space_.Neighbours(observed_configs_[order[k].second], Space::Neighbourhood::kHamming)) {
+        if (seen_.count(nb) == 0 && in.insert(nb).second) candidates.push_back(std::move(nb));
+      }
+    }
+  }
+  const auto m = static_cast<Eigen::Index>(candidates.size());
+  const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
+  Eigen::MatrixXd xc(m, d);
+  xc.setZero();
+  {
+    std::vector<double> buf(static_cast<std::size_t>(d));
+    for (Eigen::Index i = 0; i < m && encoder_.dims() > 0; ++i) {
+      encoder_.Encode(candidates[static_cast<std::size_t>(i)], buf.data());
+      for (Eigen::Index j = 0; j < d; ++j) xc(i, j) = buf[static_cast<std::size_t>(j)];
+    }
+  }
+  // The hedge learns from the last round's nominees.
+  if (!pending_nominees_.empty()) {
+    Eigen::MatrixXd xn(static_cast<Eigen::Index>(pending_nominees_.size()), d);
+    for (std::size_t i = 0; i < pending_nominees_.size(); ++i) {
+      for (Eigen::Index j = 0; j < d; ++j) {
+        xn(static_cast<Eigen::Index>(i), j) =
+            pending_nominees_[i].second[static_cast<std::size_t>(j)];
+      }
+    }
+    Eigen::VectorXd mu, var;
+    gp_.Predict(xn, &mu, &var);
+    for (std::size_t i = 0; i < pending_nominees_.size() && i < 3; ++i) {
+      gains_[i] -= mu(static_cast<Eigen::Index>(i));
+    }
+    pending_nominees_.clear();
+  }
+  const Eigen::VectorXd feasible = Feasibility(xc);
+  std::vector<bool> taken(static_cast<std::size_t>(m), false);
+  const double best_y = best_standardised_;
+  while (out.size() < n) {
+    Eigen::VectorXd mu, var;
+    gp_.Predict(xc, &mu, &var);
+    int nominee[3] = {-1, -1, -1};
+    double top[3] = {-std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity(),
+                     -std::numeric_limits<double>::infinity()};
+    for (Eigen::Index i = 0; i < m; ++i) {
+      if (taken[static_cast<std::size_t>(i)]) continue;
+      const double s = std::sqrt(var(i));
+      const double p = feasible(i);
+      const double z = (best_y - mu(i) - kExplore) / s;
+      const double ei = ((best_y - mu(i) - kExplore) * NormalCdf(z) + s * NormalPdf(z)) * p;
+      const double pi = NormalCdf(z) * p;
+      // LCB as a utility: how far the bound reaches below the best, weighted.
+      const double lcb = std::max(0.0, best_y - (mu(i) - kKappa * s)) * p;
+      const double acq[3] = {ei, pi, lcb};
+      for (int a = 0; a < 3; ++a) {
+        if (acq[a] > top[a]) {
+          top[a] = acq[a];
+          nominee[a] = static_cast<int>(i);
+        }
+      }
+    }
+    if (nominee[0] < 0) break;
+    // Choose an acquisition: softmax of the hedge's gains.
+    double g_max = -std::numeric_limits<double>::infinity();
+    for (int a = 0; a < 3; ++a) {
+      if (options_.acquisitions & (1 << a)) g_max = std::max(g_max, gains_[a]);
+    }
+    double w[3], w_sum = 0;
+    for (int a = 0; a < 3; ++a) {
+      w[a] = (options_.acquisitions & (1 << a)) ? std::exp(kHedgeRate * (gains_[a] - g_max)) : 0.0;
+      w_sum += w[a];
+    }
+    double u = rng_.UniformDouble() * w_sum;
+    int chosen = 0;
+    while (chosen < 2 && u > w[chosen]) u -= w[chosen++];
+    const auto pick = static_cast<std::size_t>(nominee[chosen]);
+    if (out.empty() && pending_nominees_.empty()) {
+      for (int a = 0; a < 3; ++a) {
+        std::vector<double> enc(static_cast<std::size_t>(d));
+        for (Eigen::Index j = 0; j < d; ++j) enc[static_cast<std::size_t>(j)] = xc(nominee[a], j);
+        pending_nominees_.emplace_back(candidates[static_cast<std::size_t>(nominee[a])], enc);
+      }
+    }
+    taken[pick] = true;
+    take(candidates[pick]);
+    if (out.size() < n) {
+      // Kriging believer: pretend the pick came out at its mean.
+      gp_.Add(xc.row(static_cast<Eigen::Index>(pick)).transpose(),
+              mu(static_cast<Eigen::Index>(pick)));
+    }
+  }
+  proposals_ += out.size();
+  return out;
+}
+
+void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
+  Observation o;
+  o.x = encoder_.Encode(config);
+  o.ok = outcome.ok() && std::isfinite(outcome.loss) && outcome.loss > 0;
+  o.y = o.ok ? std::log(outcome.loss) : 0;
+  observations_.push_back(std::move(o));
+  observed_configs_.push_back(config);
+  seen_.insert(config);
+}
+
+}  // namespace ktune

@@ -1,0 +1,101 @@
+// Bayesian optimisation over a discrete, constrained space.
+//
+// A Gaussian process (Matern 5/2, one length scale per dimension, fitted by
+// marginal likelihood) models the log of the kernel time of the valid
+// configurations; a kernel-weighted estimate of the success rate models
+// where configurations fail, so failures teach the strategy where not to
+// look instead of reaching the surrogate as huge times. Each proposal
+// maximises expected improvement, probability of improvement or a lower
+// confidence bound times the success probability, the acquisition chosen
+// each time by a hedge that rewards the ones whose picks turn out well.
+// Candidates are every unevaluated configuration when that is affordable,
+// otherwise a uniform sample plus the neighbours of the best so far,
+// refined by local search. Batches (Ask(n > 1)) use the kriging believer:
+// each pick is added at its predicted mean before the next is chosen.
+#ifndef KTUNE_STRATEGIES_BAYES_H_
+#define KTUNE_STRATEGIES_BAYES_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <vector>
+
+#include "strategies/common.h"
+#include "strategies/encoding.h"
+#include "strategies/gp.h"
+#include "tuner/base/rng.h"
+#include "tuner/space/config.h"
+#include "tuner/space/space.h"
+
+namespace ktune {
+
+struct BayesOptions {
+  int initial = 6;       // random configurations first
+  int candidates = 400;  // sampled candidates when the space is too large to scan
+  // Every n-th proposal is uniform random (0: never), a hedge against a
+  // model that is confidently wrong.
+  int random_every = 0;
+  // Acquisitions the hedge chooses among: bit 0 EI, bit 1 PI, bit 2 LCB.
+  // PI exploits too greedily on the recorded spaces; EI and LCB by default.
+  int acquisitions = 5;
+  // Model the ranks of the times (through normal quantiles) rather than
+  // their logs: robust when a few configurations are very slow.
+  bool warp = false;
+  std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
+  // Outcomes known from elsewhere (another device or problem): their
+  // failures inform the success model from the start.
+  std::vector<std::pair<Config, Outcome>> prior;
+};
+
+// Not thread-safe. Deterministic for a seed.
+class BayesianOptimization final : public Strategy {
+ public:
+  BayesianOptimization(const Space& space, std::uint64_t seed, BayesOptions options);
+  std::vector<Config> Ask(std::size_t n) override;
+  void Tell(const Config& config, const Outcome& outcome) override;
+
+ private:
+  struct Observation {
+    std::vector<double> x;
+    double y = 0;  // log loss (ok only)
+    bool ok = false;
+  };
+
+  std::optional<Config> RandomUnseen();
+  void Refit();
+  std::vector<Config> Candidates();
+  // Success probabilities at the rows of `xc`.
+  Eigen::VectorXd Feasibility(const Eigen::MatrixXd& xc) const;
+
+  const Space& space_;
+  Encoder encoder_;
+  Rng rng_;
+  BayesOptions options_;
+  ConfigSet seen_;
+  std::deque<Config> warm_;
+  std::vector<Observation> observations_;
+  std::vector<Config> observed_configs_;  // parallel to observations_
+  std::vector<Observation> prior_failures_;
+  std::vector<Config> all_;            // every valid configuration, when few enough
+  std::vector<std::uint32_t> unseen_;  // indices into all_
+  GaussianProcess gp_;
+  // The success model: a second process on +1 (ok) / -1 (failed) labels
+  // over every observation, with its own length scales (failing regions
+  // have their own shape); unused until something fails.
+  GaussianProcess feasibility_;
+  bool any_failure_ = false;
+  double label_mean_ = 0;
+  std::size_t fitted_on_ = 0;
+  std::size_t feasibility_fitted_on_ = 0;
+  double y_mean_ = 0, y_scale_ = 1;
+  double best_standardised_ = 0;  // the best observation in model units
+  int initial_ = 0;
+  std::size_t proposals_ = 0;
+  // Hedge over acquisitions: EI, PI, LCB.
+  double gains_[3] = {0, 0, 0};
+  std::vector<std::pair<Config, std::vector<double>>> pending_nominees_;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_STRATEGIES_BAYES_H_

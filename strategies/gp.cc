@@ -1,0 +1,171 @@
+#include "strategies/gp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace ktune {
+namespace {
+
+constexpr double kSqrt5 = 2.2360679774997896;
+constexpr double kMinNoise = 1e-6;
+constexpr double kMaxNoise = 1.0;
+
+// Matern 5/2 at distance r, with unit variance.
+double Matern(double r) { return (1 + kSqrt5 * r + 5.0 / 3.0 * r * r) * std::exp(-kSqrt5 * r); }
+
+// Weak priors keep the fit sane with few observations: length scales near
+// half the unit cube, a signal variance near the (standardised) data's.
+constexpr double kLengthPriorMean = -0.7;  // log(0.5)
+constexpr double kLengthPriorVar = 1.5;
+constexpr double kSignalPriorVar = 1.0;
+
+}  // namespace
+
+GaussianProcess::GaussianProcess(std::size_t dims)
+    : dims_(dims), length_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(dims), 0.5)) {}
+
+Eigen::MatrixXd GaussianProcess::Kernel(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) const {
+  const Eigen::ArrayXd inv = length_.array().inverse();
+  const Eigen::MatrixXd sa = a.array().rowwise() * inv.transpose();
+  const Eigen::MatrixXd sb = b.array().rowwise() * inv.transpose();
+  // Squared distances through |a|^2 + |b|^2 - 2 a.b.
+  const Eigen::VectorXd na = sa.rowwise().squaredNorm();
+  const Eigen::VectorXd nb = sb.rowwise().squaredNorm();
+  Eigen::MatrixXd k = -2.0 * sa * sb.transpose();
+  k.colwise() += na;
+  k.rowwise() += nb.transpose();
+  return k.unaryExpr([this](double d2) { return signal_ * Matern(std::sqrt(std::max(d2, 0.0))); });
+}
+
+double GaussianProcess::Correlation(const double* a, const double* b) const {
+  double d2 = 0;
+  for (std::size_t i = 0; i < dims_; ++i) {
+    const double d = (a[i] - b[i]) / length_[static_cast<Eigen::Index>(i)];
+    d2 += d * d;
+  }
+  return Matern(std::sqrt(d2));
+}
+
+void GaussianProcess::Factorise() {
+  const Eigen::Index n = x_.rows();
+  Eigen::MatrixXd k = Kernel(x_, x_);
+  k.diagonal().array() += noise_;
+  Eigen::LLT<Eigen::MatrixXd> llt(k);
+  double jitter = 1e-8;
+  while (llt.info() != Eigen::Success && jitter < 1) {
+    k.diagonal().array() += jitter;
+    llt.compute(k);
+    jitter *= 10;
+  }
+  chol_ = llt.matrixL();
+  alpha_ = llt.solve(y_);
+  lml_ = -0.5 * y_.dot(alpha_) - chol_.diagonal().array().log().sum() -
+         0.5 * static_cast<double>(n) * std::log(2 * M_PI);
+}
+
+void GaussianProcess::Optimise(int iterations) {
+  const Eigen::Index n = x_.rows();
+  const auto d = static_cast<Eigen::Index>(dims_);
+  // Parameters: log length scales, log signal, log noise. Adam ascent on the
+  // log marginal likelihood plus log priors.
+  Eigen::VectorXd theta(d + 2);
+  theta.head(d) = length_.array().log();
+  theta(d) = std::log(signal_);
+  theta(d + 1) = std::log(noise_);
+  Eigen::VectorXd m1 = Eigen::VectorXd::Zero(d + 2), m2 = Eigen::VectorXd::Zero(d + 2);
+  constexpr double kRate = 0.08, kBeta1 = 0.9, kBeta2 = 0.999;
+  // Squared coordinate differences, reused for every gradient.
+  std::vector<Eigen::MatrixXd> diff2(static_cast<std::size_t>(d));
+  for (Eigen::Index k = 0; k < d; ++k) {
+    Eigen::MatrixXd m(n, n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      for (Eigen::Index j = 0; j < n; ++j) {
+        const double v = x_(i, k) - x_(j, k);
+        m(i, j) = v * v;
+      }
+    }
+    diff2[static_cast<std::size_t>(k)] = std::move(m);
+  }
+  for (int it = 1; it <= iterations; ++it) {
+    length_ = theta.head(d).array().exp();
+    signal_ = std::exp(theta(d));
+    noise_ = std::clamp(std::exp(theta(d + 1)), kMinNoise, kMaxNoise);
+    // r and the kernel.
+    Eigen::MatrixXd r2 = Eigen::MatrixXd::Zero(n, n);
+    for (Eigen::Index k = 0; k < d; ++k) {
+      r2 += diff2[static_cast<std::size_t>(k)] / (length_(k) * length_(k));
+    }
+    const Eigen::MatrixXd r = r2.cwiseSqrt();
+    const Eigen::MatrixXd e = (-kSqrt5 * r).array().exp();
+    Eigen::MatrixXd k =
+        signal_ * ((1 + kSqrt5 * r.array() + 5.0 / 3.0 * r2.array()) * e.array()).matrix();
+    // dK/dr-factor: signal * 5/3 (1 + sqrt5 r) e^{-sqrt5 r}.
+    const Eigen::MatrixXd g = signal_ * 5.0 / 3.0 * ((1 + kSqrt5 * r.array()) * e.array()).matrix();
+    Eigen::MatrixXd kn = k;
+    kn.diagonal().array() += noise_;
+    Eigen::LLT<Eigen::MatrixXd> llt(kn);
+    if (llt.info() != Eigen::Success) break;
+    const Eigen::VectorXd alpha = llt.solve(y_);
+    const Eigen::MatrixXd inv = llt.solve(Eigen::MatrixXd::Identity(n, n));
+    const Eigen::MatrixXd w = alpha * alpha.transpose() - inv;
+    Eigen::VectorXd grad(d + 2);
+    for (Eigen::Index q = 0; q < d; ++q) {
+      const double dq = 0.5 *
+                        (w.array() * g.array() * diff2[static_cast<std::size_t>(q)].array()).sum() /
+                        (length_(q) * length_(q));
+      grad(q) = dq - (theta(q) - kLengthPriorMean) / kLengthPriorVar;
+    }
+    grad(d) = 0.5 * (w.array() * k.array()).sum() - theta(d) / kSignalPriorVar;
+    grad(d + 1) = 0.5 * noise_ * w.trace();
+    m1 = kBeta1 * m1 + (1 - kBeta1) * grad;
+    m2 = kBeta2 * m2 + (1 - kBeta2) * grad.cwiseAbs2();
+    const Eigen::VectorXd step = kRate * (m1 / (1 - std::pow(kBeta1, it))).array() /
+                                 ((m2 / (1 - std::pow(kBeta2, it))).array().sqrt() + 1e-8);
+    theta += step;
+    theta.head(d) = theta.head(d).cwiseMax(std::log(0.01)).cwiseMin(std::log(100.0));
+    theta(d) = std::clamp(theta(d), std::log(1e-2), std::log(1e2));
+    theta(d + 1) = std::clamp(theta(d + 1), std::log(kMinNoise), std::log(kMaxNoise));
+  }
+  length_ = theta.head(d).array().exp();
+  signal_ = std::exp(theta(d));
+  noise_ = std::clamp(std::exp(theta(d + 1)), kMinNoise, kMaxNoise);
+}
+
+void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, int iterations) {
+  x_ = x;
+  y_ = y;
+  if (iterations > 0 && x_.rows() >= 2) Optimise(iterations);
+  Factorise();
+}
+
+void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
+                              Eigen::VectorXd* variance) const {
+  const Eigen::MatrixXd ks = Kernel(x_, xs);  // n x m
+  *mean = ks.transpose() * alpha_;
+  const Eigen::MatrixXd v = chol_.triangularView<Eigen::Lower>().solve(ks);
+  *variance = (signal_ - v.colwise().squaredNorm().transpose().array()).cwiseMax(1e-12).matrix();
+}
+
+void GaussianProcess::Add(const Eigen::VectorXd& x, double y) {
+  const Eigen::Index n = x_.rows();
+  Eigen::MatrixXd one(1, x.size());
+  one.row(0) = x.transpose();
+  const Eigen::VectorXd k = Kernel(x_, one).col(0);
+  const Eigen::VectorXd l = chol_.triangularView<Eigen::Lower>().solve(k);
+  const double diag = std::sqrt(std::max(signal_ + noise_ - l.squaredNorm(), 1e-10));
+  Eigen::MatrixXd chol(n + 1, n + 1);
+  chol.setZero();
+  chol.topLeftCorner(n, n) = chol_;
+  chol.block(n, 0, 1, n) = l.transpose();
+  chol(n, n) = diag;
+  chol_ = std::move(chol);
+  x_.conservativeResize(n + 1, Eigen::NoChange);
+  x_.row(n) = x.transpose();
+  y_.conservativeResize(n + 1);
+  y_(n) = y;
+  const Eigen::VectorXd z = chol_.triangularView<Eigen::Lower>().solve(y_);
+  alpha_ = chol_.transpose().triangularView<Eigen::Upper>().solve(z);
+}
+
+}  // namespace ktune

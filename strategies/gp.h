@@ -1,0 +1,58 @@
+// A Gaussian-process regression model: Matern 5/2 kernel with one length
+// scale per input dimension, signal and noise variances, fitted by
+// maximising the marginal likelihood (with weak log-normal priors).
+#ifndef KTUNE_STRATEGIES_GP_H_
+#define KTUNE_STRATEGIES_GP_H_
+
+#include <Eigen/Dense>
+#include <cstddef>
+
+namespace ktune {
+
+// Value type; not thread-safe.
+class GaussianProcess {
+ public:
+  explicit GaussianProcess(std::size_t dims);
+
+  // Conditions on inputs `x` (n x dims) and targets `y` (n; best standardised).
+  // With `iterations` > 0 the hyperparameters are first optimised that many
+  // steps, starting from the current ones. REQUIRES: n >= 1.
+  void Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, int iterations);
+
+  // Posterior mean and variance at the rows of `xs` (m x dims).
+  void Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean, Eigen::VectorXd* variance) const;
+
+  // Adds one observation without refitting the hyperparameters (a rank-one
+  // extension of the factorisation): for fantasised batch proposals.
+  void Add(const Eigen::VectorXd& x, double y);
+
+  // Kernel correlation in [0, 1] between two points (signal variance 1).
+  double Correlation(const double* a, const double* b) const;
+
+  std::size_t size() const { return static_cast<std::size_t>(x_.rows()); }
+  const Eigen::VectorXd& length_scales() const { return length_; }
+  double noise_variance() const { return noise_; }
+  double signal_variance() const { return signal_; }
+  // Log marginal likelihood of the current fit.
+  double log_likelihood() const { return lml_; }
+
+ private:
+  // Kernel matrix between rows of a and b at the current hyperparameters.
+  Eigen::MatrixXd Kernel(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) const;
+  void Factorise();
+  void Optimise(int iterations);
+
+  std::size_t dims_;
+  Eigen::VectorXd length_;  // length scales
+  double signal_ = 1.0;
+  double noise_ = 1e-2;
+  Eigen::MatrixXd x_;
+  Eigen::VectorXd y_;
+  Eigen::MatrixXd chol_;   // lower Cholesky factor of K + noise I
+  Eigen::VectorXd alpha_;  // (K + noise I)^-1 y
+  double lml_ = 0;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_STRATEGIES_GP_H_
