@@ -57,6 +57,8 @@ double NormalQuantile(double p) {
 // observations, last fitted on `fitted_on` (0: never): a full fit first,
 // then short ones while the data are few or have grown by a fifth, else
 // none (the fit changes little between). Updates `fitted_on`.
+constexpr std::size_t kMaxPriorFailures = 150;
+
 int RefitIterations(std::size_t size, std::size_t& fitted_on) {
   int iterations = 0;
   if (fitted_on == 0) {
@@ -82,6 +84,15 @@ BayesianOptimization::BayesianOptimization(const Space& space, std::uint64_t see
   for (const Config& c : options_.warm) warm_.push_back(c);
   for (const auto& [c, o] : options_.prior) {
     if (!o.ok()) prior_failures_.push_back(Observation{encoder_.Encode(c), 0, false});
+  }
+  // The feasibility model costs cubic time in its data: a seeded sample of
+  // the prior failures is enough to mark where configurations fail.
+  if (prior_failures_.size() > kMaxPriorFailures) {
+    for (std::size_t i = 0; i < kMaxPriorFailures; ++i) {
+      const std::size_t j = i + static_cast<std::size_t>(rng_.Uniform(prior_failures_.size() - i));
+      std::swap(prior_failures_[i], prior_failures_[j]);
+    }
+    prior_failures_.resize(kMaxPriorFailures);
   }
   const SpaceCount count = space_.Count();
   if (count.exact && count.count <= kListLimit) {

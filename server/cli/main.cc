@@ -37,6 +37,7 @@
 #include "tuner/session/evaluate.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
+#include "tuner/session/warm_start.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
@@ -95,8 +96,11 @@ const CommandSpec kTuneCommand{
     {{"local", "", "run here, without a daemon"},
      {"device", "DEVICE", "where to run: 0, cuda:0, a GPU UUID, or sim:FILE"},
      kDbFlag,
-     {"strategy", "NAME", "search strategy (auto, brute_force, random)"},
+     {"strategy", "NAME",
+      "search strategy: auto (default), bayes, genetic, local, annealing, random, brute_force"},
      {"max-evals", "N", "stop after N evaluations"},
+     {"batch", "N", "configurations asked of the strategy at once (default 1)"},
+     {"no-warm-start", "", "ignore what the store knows about this kernel from other jobs"},
      {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
      {"seed", "N", "seed of the strategy (default 0)"},
      {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
@@ -308,6 +312,10 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   absl::StatusOr<std::optional<std::uint64_t>> seed = args.GetUint("seed");
   if (!seed.ok()) return InvalidInput(seed.status());
   if (*seed) strategy.set_seed(**seed);
+  absl::StatusOr<std::optional<std::int64_t>> batch = args.GetInt("batch", 1, 4096);
+  if (!batch.ok()) return InvalidInput(batch.status());
+  if (*batch) strategy.set_batch_size(static_cast<std::int32_t>(**batch));
+  if (args.Has("no-warm-start")) strategy.set_warm_start(false);
 
   // 2. The device.
   std::string device_arg;
@@ -399,7 +407,25 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
     return Error(store.status());
   }
 
-  // 7. Run.
+  // 7. A warm start from other jobs of this kernel, if the store has any:
+  // the strategy is rebuilt around it.
+  std::unique_ptr<Strategy> warm_strategy;
+  if (job->warm_start) {
+    absl::StatusOr<WarmStart> warm = LoadWarmStart(*store, *job, session.job_id());
+    if (!warm.ok()) return Error(warm.status());
+    if (!warm->prior.empty()) {
+      options.prior = std::move(warm->prior);
+      absl::StatusOr<std::unique_ptr<Strategy>> rebuilt =
+          MakeStrategy(job->strategy, *job->space, options);
+      if (!rebuilt.ok()) return Error(rebuilt.status());
+      warm_strategy = *std::move(rebuilt);
+      session.set_strategy(*warm_strategy);
+      std::fprintf(stderr, "ktune: warm start from %lld earlier job(s): %zu configurations\n",
+                   static_cast<long long>(warm->jobs), options.prior.size());
+    }
+  }
+
+  // 8. Run.
   const SpaceCount count = job->space->Count();
   ProgressLine line(count.count > UINT64_MAX ? UINT64_MAX
                                              : static_cast<std::uint64_t>(count.count));

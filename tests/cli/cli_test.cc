@@ -29,6 +29,7 @@ namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kRecorded = std::string(KTUNE_SOURCE_DIR) + "/kernels/recorded/";
 
@@ -201,6 +202,26 @@ TEST_F(CliTest, SeededRandomRunsAreReproducible) {
   EXPECT_EQ(a.second, b.second);
   EXPECT_EQ(a.second.size(), 60u);
   EXPECT_NE(a.second, c.second);
+}
+
+TEST_F(CliTest, AWarmStartTriesTheBestKnownConfigurationFirst) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  RunJson(
+      {"tune", "--local", "--device", cache, "--strategy", "brute_force", "--db", Db(), "--json"});
+  for (const char* strategy : {"bayes", "genetic", "local", "annealing"}) {
+    const RunResult r = Run({"tune", "--local", "--device", cache, "--strategy", strategy,
+                             "--max-evals", "1", "--db", Db(), "--json"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("warm start from "));
+    EXPECT_THAT(r.err, HasSubstr(" earlier job(s): 4362 configurations"));
+    absl::StatusOr<Json> j = ParseJson(r.out);
+    ASSERT_TRUE(j.ok()) << r.out;
+    EXPECT_EQ(j->Find("best")->Find("key")->as_string(), "32,4,1,3,1,0,1,1,15,15") << strategy;
+  }
+  const RunResult cold = Run({"tune", "--local", "--device", cache, "--strategy", "bayes",
+                              "--max-evals", "1", "--no-warm-start", "--db", Db()});
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_THAT(cold.err, Not(HasSubstr("warm start")));
 }
 
 TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {

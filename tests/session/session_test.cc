@@ -12,6 +12,7 @@
 
 #include "strategies/registry.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/session/warm_start.h"
 
 namespace ktune {
 namespace {
@@ -270,6 +271,81 @@ TEST_F(SessionTest, DeviceFailureFailsTheJobButKeepsWhatWasMeasured) {
   EXPECT_THAT(stored->message, HasSubstr("fell off the bus"));
   EXPECT_EQ(StoredKeys(id).size(), 5u);
   EXPECT_TRUE(store_->CheckIntegrity().ok());
+}
+
+TEST_F(SessionTest, WarmStartRanksWhatOtherJobsOfTheKernelMeasured) {
+  FakeDevice device;
+  const Job full = MakeJob("brute_force", 0, 0);
+  ASSERT_TRUE(RunJob(full, device).ok());
+  const Job part = MakeJob("random", 4, 10);
+  ASSERT_TRUE(RunJob(part, device).ok());
+  const std::string full_id = ComputeJobId(full, device.info());
+  const std::string part_id = ComputeJobId(part, device.info());
+
+  // A new job sees both earlier jobs, each configuration once.
+  const Job next = MakeJob("random", 9, 5);
+  absl::StatusOr<WarmStart> w = LoadWarmStart(*store_, next, ComputeJobId(next, device.info()));
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->jobs, 2);
+  EXPECT_EQ(w->skipped, 0);
+  EXPECT_EQ(w->prior.size(), StoredKeys(full_id).size());
+  const Space& space = *next.space;
+  int firsts = 0;
+  for (const auto& [config, outcome] : w->prior) {
+    const auto a = std::get<std::int64_t>(space.ValueOf(config, 0));
+    const auto b = std::get<std::int64_t>(space.ValueOf(config, 1));
+    if ((a + b) % 7 == 0) {
+      EXPECT_EQ(outcome.status, CandidateStatus::kRuntimeFault) << space.Key(config);
+      continue;
+    }
+    ASSERT_TRUE(outcome.ok()) << space.Key(config);
+    EXPECT_GE(outcome.loss, 0.0);
+    EXPECT_LE(outcome.loss, 1.0);
+    // The optimum (5,3) ranks first in the complete job; otherwise only
+    // the partial job's best ranks first there.
+    if (outcome.loss == 0.0) ++firsts;
+    if (a == 5 && b == 3) {
+      EXPECT_EQ(outcome.loss, 0.0);
+    }
+  }
+
+  EXPECT_GE(firsts, 1);
+  EXPECT_LE(firsts, 2);
+
+  // A job never warm-starts from itself.
+  absl::StatusOr<WarmStart> own = LoadWarmStart(*store_, part, part_id);
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->jobs, 1);
+}
+
+TEST_F(SessionTest, WarmStartNeedsTheSameKernelAndParameters) {
+  FakeDevice device;
+  ASSERT_TRUE(RunJob(MakeJob("brute_force", 0, 0), device).ok());
+
+  Job renamed = MakeJob("random", 1, 5);
+  renamed.kernel_name = "other";
+  absl::StatusOr<WarmStart> w = LoadWarmStart(*store_, renamed, "x");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->prior.empty());
+
+  Job reparameterised = MakeJob("random", 1, 5);
+  reparameterised.space =
+      std::make_shared<const Space>(*Space::Product({Range("a", 0, 9), Range("c", 0, 9)}, {}));
+  w = LoadWarmStart(*store_, reparameterised, "x");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->prior.empty());
+
+  // Same parameters, smaller domains: what lies outside is skipped.
+  Job narrower = MakeJob("random", 1, 5);
+  narrower.space =
+      std::make_shared<const Space>(*Space::Product({Range("a", 0, 4), Range("b", 0, 9)}, {}));
+  w = LoadWarmStart(*store_, narrower, "x");
+  ASSERT_TRUE(w.ok());
+  EXPECT_GT(w->skipped, 0);
+  for (const auto& [config, outcome] : w->prior) {
+    EXPECT_LE(std::get<std::int64_t>(narrower.space->ValueOf(config, 0)), 4);
+  }
+  EXPECT_FALSE(w->prior.empty());
 }
 
 }  // namespace

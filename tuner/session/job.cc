@@ -200,6 +200,7 @@ void ApplyStrategy(const v1::JobSpec& spec, Job& job) {
   job.batch_size = s.batch_size() == 0 ? 1 : s.batch_size();
   job.strategy_settings.clear();
   for (const auto& [k, v] : s.options()) job.strategy_settings[k] = v;
+  job.warm_start = !s.has_warm_start() || s.warm_start();
 }
 
 std::string JoinPath(const std::string& dir, const std::string& path) {

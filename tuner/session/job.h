@@ -82,6 +82,7 @@ struct Job {
   Millis max_time{0};                // 0: no limit
   int batch_size = 1;
   std::map<std::string, std::string> strategy_settings;
+  bool warm_start = true;  // see StrategySpec.warm_start
 };
 
 // Validates `spec` and resolves it. Relative paths (kernel.file,

@@ -36,7 +36,7 @@ Session::Session(const Job& job, Device& device, Strategy& strategy,
                  std::string resolved_strategy)
     : job_(job),
       device_(device),
-      strategy_(strategy),
+      strategy_(&strategy),
       resolved_strategy_(std::move(resolved_strategy)),
       job_id_(ComputeJobId(job, device.info())) {}
 
@@ -137,7 +137,7 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
         n = std::min<std::size_t>(n, static_cast<std::size_t>(job_.max_evaluations - asked));
       }
       if (n == 0) break;
-      const std::vector<Config> got = strategy_.Ask(n);
+      const std::vector<Config> got = strategy_->Ask(n);
       if (got.empty()) {
         exhausted = true;
         break;
@@ -201,7 +201,7 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
       outcome.loss = *record.loss;
       ranked.emplace_back(*record.loss, config);
     }
-    strategy_.Tell(config, outcome);
+    strategy_->Tell(config, outcome);
 
     ++progress.evaluations;
     ++progress.status_counts[static_cast<std::size_t>(m.status)];

@@ -71,10 +71,14 @@ class Session {
 
   const std::string& job_id() const { return job_id_; }
 
+  // Replaces the strategy before Run (e.g. with one rebuilt around a warm
+  // start read from the store); `strategy` must outlive the session.
+  void set_strategy(Strategy& strategy) { strategy_ = &strategy; }
+
  private:
   const Job& job_;
   Device& device_;
-  Strategy& strategy_;
+  Strategy* strategy_;
   bool prepared_ = false;
   std::string resolved_strategy_;
   std::string job_id_;

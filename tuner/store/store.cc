@@ -547,9 +547,8 @@ absl::Status Store::SetJobState(const std::string& job_id, JobState state,
 namespace {
 
 // Binds parameters ?1..?22 of the insert and update statements.
-void BindMeasurement(sqlite::Statement& st, const std::string& job_id,
-                     const StoredMeasurement& m, const std::string& conditions,
-                     const std::string& samples) {
+void BindMeasurement(sqlite::Statement& st, const std::string& job_id, const StoredMeasurement& m,
+                     const std::string& conditions, const std::string& samples) {
   const Measurement& r = m.measurement;
   const bool ok = r.ok();
   const bool has_stats = r.stats.samples > 0;
@@ -747,6 +746,42 @@ WHERE k.name = ?1)sql";
     b.loss = s.Double(17);
     b.updated_at = s.Text(18);
     out.push_back(std::move(b));
+    return absl::OkStatus();
+  });
+  if (!status.ok()) return status;
+  return out;
+}
+
+absl::StatusOr<std::vector<PriorMeasurement>> Store::LoadPriorMeasurements(
+    const std::string& kernel_name, const std::vector<std::string>& parameters,
+    const std::string& objective, const std::string& exclude_job_id, std::int64_t limit) {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
+SELECT m.job_id, m.config_key, m.status, m.loss
+FROM measurements m JOIN jobs j ON j.id = m.job_id
+                    JOIN kernels k ON k.id = j.kernel_id
+WHERE k.name = ?1 AND k.parameters = ?2 AND j.objective = ?3 AND j.id <> ?4
+  AND m.status <> 'invalid_by_constraint'
+ORDER BY j.created_at DESC, j.id, m.seq
+LIMIT ?5)sql"));
+  const std::string params = StrJoin(parameters, ",");
+  s.Bind(1, std::string_view(kernel_name))
+      .Bind(2, std::string_view(params))
+      .Bind(3, std::string_view(objective))
+      .Bind(4, std::string_view(exclude_job_id))
+      .Bind(5, limit);
+  std::vector<PriorMeasurement> out;
+  absl::Status status = s.ForEachRow([&]() -> absl::Status {
+    PriorMeasurement m;
+    m.job_id = s.Text(0);
+    m.key = s.Text(1);
+    std::optional<CandidateStatus> parsed = ParseCandidateStatus(s.Text(2));
+    if (!parsed) {
+      return absl::DataLossError(
+          StrCat("job ", m.job_id, ": measurement ", m.key, " has an unknown status"));
+    }
+    m.status = *parsed;
+    m.loss = s.OptionalDouble(3);
+    out.push_back(std::move(m));
     return absl::OkStatus();
   });
   if (!status.ok()) return status;

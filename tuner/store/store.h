@@ -67,6 +67,14 @@ struct StoredMeasurement {
   std::string measured_at;
 };
 
+// One measurement of another job, offered to a new job as a warm start.
+struct PriorMeasurement {
+  std::string job_id;
+  std::string key;  // the configuration key, values in parameter order
+  CandidateStatus status = CandidateStatus::kOk;
+  std::optional<double> loss;  // when ok
+};
+
 struct BestRecord {
   std::string kernel_name;
   std::string source_hash;
@@ -156,6 +164,14 @@ class Store {
                                                    const std::optional<std::string>& device,
                                                    const std::optional<Problem>& problem,
                                                    const std::optional<std::string>& objective);
+
+  // Measurements of other jobs that tuned a kernel with this name and
+  // exactly these parameters (names, in order) for `objective`, on any
+  // device and problem, excluding job `exclude_job_id`; constraint
+  // exclusions are left out. Newest jobs first, at most `limit` rows.
+  absl::StatusOr<std::vector<PriorMeasurement>> LoadPriorMeasurements(
+      const std::string& kernel_name, const std::vector<std::string>& parameters,
+      const std::string& objective, const std::string& exclude_job_id, std::int64_t limit);
 
   // Runs PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity();
