@@ -272,7 +272,7 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
   }
   kill(pid, SIGKILL);
   const RunResult killed = Finish(pid);
-  ASSERT_EQ(killed.code, 128 + SIGKILL);
+  ASSERT_EQ(killed.code, 128 + SIGKILL) << killed.err;
   ASSERT_GE(seen, 50);
 
   std::int64_t stored_before = 0;

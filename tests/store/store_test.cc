@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "tests/testing/temp_dir.h"
 #include "tuner/store/sqlite.h"
@@ -237,7 +240,8 @@ TEST_F(StoreTest, AVersionOneDatabaseIsMigratedWithItsData) {
   // A database as the first release wrote it: schema 1 only.
   {
     int version = 0;
-    absl::StatusOr<sqlite::Db> db = OpenMigrated(path_, true, SchemaMigrations().first(1), &version);
+    absl::StatusOr<sqlite::Db> db =
+        OpenMigrated(path_, true, SchemaMigrations().first(1), &version);
     ASSERT_TRUE(db.ok()) << db.status();
     ASSERT_EQ(version, 1);
     ASSERT_TRUE(db->Exec(R"sql(
@@ -248,7 +252,8 @@ INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy, 
   VALUES ('old', 1, 1, '{}', x'', '{}', 'random', 0, 'time', 'succeeded', 't', 't');
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms, loss, measured_at)
   VALUES ('old', 0, '1', '{"a":1}', 'ok', 2.5, 2.5, 't');
-)sql").ok());
+)sql")
+                    .ok());
   }
   absl::StatusOr<Store> s = Store::Open(path_, false);
   ASSERT_TRUE(s.ok()) << s.status();
@@ -287,7 +292,8 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
   const StoredMeasurement updated = (*s->LoadMeasurements("job1"))[0];
   EXPECT_DOUBLE_EQ(updated.measurement.time.count(), 9.0);
   EXPECT_TRUE(updated.measurement.conditions.final_round);
-  EXPECT_DOUBLE_EQ((*s->FindBest("saxpy", std::nullopt, std::nullopt, std::nullopt))[0].time_ms, 9.0);
+  EXPECT_DOUBLE_EQ((*s->FindBest("saxpy", std::nullopt, std::nullopt, std::nullopt))[0].time_ms,
+                   9.0);
   StoredMeasurement missing = m;
   missing.key = "zz";
   EXPECT_EQ(s->UpdateMeasurement("job1", missing).code(), absl::StatusCode::kNotFound);
@@ -303,6 +309,32 @@ TEST_F(StoreTest, AFailedMigrationChangesNothing) {
       db->Prepare("SELECT count(*) FROM sqlite_schema WHERE name = 'a'");
   ASSERT_TRUE(*q->Step());
   EXPECT_EQ(q->Int(0), 0);
+}
+
+TEST_F(StoreTest, ProcessesOpeningOneNewFileTogetherAllSucceed) {
+  // A daemon and a CLI (or a test watching a run) may open a database that
+  // another connection is creating right then: the migration must be applied
+  // once, and nobody may fail on a table that already exists.
+  for (int round = 0; round < 5; ++round) {
+    const std::string path = tmp_.File("race" + std::to_string(round) + ".db");
+    constexpr int kOpeners = 6;
+    std::atomic<int> ready{0};
+    std::vector<absl::Status> results(kOpeners);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kOpeners; ++i) {
+      threads.emplace_back([&, i] {
+        ready.fetch_add(1);
+        while (ready.load() < kOpeners) std::this_thread::yield();
+        absl::StatusOr<Store> s = Store::Open(path, true);
+        results[i] = s.status();
+        if (s.ok() && s->schema_version() != SchemaMigrations().back().version) {
+          results[i] = absl::InternalError("wrong schema version");
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const absl::Status& r : results) EXPECT_TRUE(r.ok()) << r;
+  }
 }
 
 std::string Slurp(const std::string& path) {

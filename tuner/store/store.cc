@@ -322,19 +322,32 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
   if (absl::Status s = d.Exec("PRAGMA journal_mode=WAL"); !s.ok()) return with_path(s);
   if (absl::Status s = d.Exec("PRAGMA foreign_keys=ON"); !s.ok()) return with_path(s);
   if (absl::Status s = d.Exec("PRAGMA synchronous=NORMAL"); !s.ok()) return with_path(s);
-  for (const Migration& m : migrations) {
-    if (m.version <= version) continue;
+  if (version < latest) {
+    // Another process may be opening the same new file: the version read
+    // above is only a hint. Under the write lock, read it again and apply
+    // what is still missing, all or nothing.
     absl::StatusOr<sqlite::Transaction> tx = sqlite::Transaction::Begin(d);
     if (!tx.ok()) return with_path(tx.status());
-    if (absl::Status s = d.Exec(m.sql); !s.ok()) {
-      return with_path(absl::Status(
-          s.code(), StrCat("migration to schema version ", m.version, ": ", s.message())));
+    {
+      absl::StatusOr<sqlite::Statement> q =
+          d.Prepare("SELECT user_version FROM pragma_user_version");
+      if (!q.ok()) return with_path(q.status());
+      absl::StatusOr<bool> row = q->Step();
+      if (!row.ok()) return with_path(row.status());
+      version = static_cast<int>(q->Int(0));
     }
-    absl::Status s = d.Exec(StrCat("PRAGMA user_version = ", m.version));
-    if (s.ok()) s = d.Exec(StrCat("PRAGMA application_id = ", kApplicationId));
-    if (s.ok()) s = tx->Commit();
-    if (!s.ok()) return with_path(s);
-    version = m.version;
+    for (const Migration& m : migrations) {
+      if (m.version <= version) continue;
+      if (absl::Status s = d.Exec(m.sql); !s.ok()) {
+        return with_path(absl::Status(
+            s.code(), StrCat("migration to schema version ", m.version, ": ", s.message())));
+      }
+      absl::Status s = d.Exec(StrCat("PRAGMA user_version = ", m.version));
+      if (s.ok()) s = d.Exec(StrCat("PRAGMA application_id = ", kApplicationId));
+      if (!s.ok()) return with_path(s);
+      version = m.version;
+    }
+    if (absl::Status s = tx->Commit(); !s.ok()) return with_path(s);
   }
   if (version_out != nullptr) *version_out = version;
   return db;
