@@ -58,6 +58,8 @@ double NormalQuantile(double p) {
 // then short ones while the data are few or have grown by a fifth, else
 // none (the fit changes little between). Updates `fitted_on`.
 constexpr std::size_t kMaxPriorFailures = 150;
+// Hill-climbing steps refining a pick from a sampled candidate set.
+constexpr int kRefineSteps = 8;
 
 int RefitIterations(std::size_t size, std::size_t& fitted_on) {
   int iterations = 0;
@@ -275,9 +277,10 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   std::vector<Config> candidates = Candidates();
   if (candidates.empty()) return out;
   const bool sampled = all_.empty() || candidates.size() < unseen_.size();
+  ConfigSet in;  // the candidates, when sampled
   // Neighbours of the best few, for large spaces.
   if (sampled) {
-    std::unordered_set<Config, ConfigHash> in(candidates.begin(), candidates.end());
+    in.insert(candidates.begin(), candidates.end());
     std::vector<std::pair<double, std::size_t>> order;
     for (std::size_t i = 0; i < observations_.size(); ++i) {
       if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
@@ -290,17 +293,19 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
       }
     }
   }
-  const auto m = static_cast<Eigen::Index>(candidates.size());
+  auto m = static_cast<Eigen::Index>(candidates.size());
   const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
   Eigen::MatrixXd xc(m, d);
   xc.setZero();
-  {
-    std::vector<double> buf(static_cast<std::size_t>(d));
-    for (Eigen::Index i = 0; i < m && encoder_.dims() > 0; ++i) {
+  std::vector<double> buf(static_cast<std::size_t>(d));
+  // Encodes candidates [from, m) into the rows of xc.
+  auto encode_rows = [&](Eigen::Index from) {
+    for (Eigen::Index i = from; i < m && encoder_.dims() > 0; ++i) {
       encoder_.Encode(candidates[static_cast<std::size_t>(i)], buf.data());
       for (Eigen::Index j = 0; j < d; ++j) xc(i, j) = buf[static_cast<std::size_t>(j)];
     }
-  }
+  };
+  encode_rows(0);
   // The hedge learns from the last round's nominees.
   if (!pending_nominees_.empty()) {
     Eigen::MatrixXd xn(static_cast<Eigen::Index>(pending_nominees_.size()), d);
@@ -317,9 +322,19 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
     }
     pending_nominees_.clear();
   }
-  const Eigen::VectorXd feasible = Feasibility(xc);
+  Eigen::VectorXd feasible = Feasibility(xc);
   std::vector<bool> taken(static_cast<std::size_t>(m), false);
   const double best_y = best_standardised_;
+  // The three acquisitions at a predicted mean, variance and success
+  // probability: expected improvement, probability of improvement, and the
+  // lower confidence bound as a utility (how far it reaches below the best).
+  auto acquisitions = [&](double mean, double variance, double p, double acq[3]) {
+    const double s = std::sqrt(variance);
+    const double z = (best_y - mean - kExplore) / s;
+    acq[0] = ((best_y - mean - kExplore) * NormalCdf(z) + s * NormalPdf(z)) * p;
+    acq[1] = NormalCdf(z) * p;
+    acq[2] = std::max(0.0, best_y - (mean - kKappa * s)) * p;
+  };
   while (out.size() < n) {
     Eigen::VectorXd mu, var;
     gp_.Predict(xc, &mu, &var);
@@ -329,14 +344,8 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
                      -std::numeric_limits<double>::infinity()};
     for (Eigen::Index i = 0; i < m; ++i) {
       if (taken[static_cast<std::size_t>(i)]) continue;
-      const double s = std::sqrt(var(i));
-      const double p = feasible(i);
-      const double z = (best_y - mu(i) - kExplore) / s;
-      const double ei = ((best_y - mu(i) - kExplore) * NormalCdf(z) + s * NormalPdf(z)) * p;
-      const double pi = NormalCdf(z) * p;
-      // LCB as a utility: how far the bound reaches below the best, weighted.
-      const double lcb = std::max(0.0, best_y - (mu(i) - kKappa * s)) * p;
-      const double acq[3] = {ei, pi, lcb};
+      double acq[3];
+      acquisitions(mu(i), var(i), feasible(i), acq);
       for (int a = 0; a < 3; ++a) {
         if (acq[a] > top[a]) {
           top[a] = acq[a];
@@ -358,7 +367,41 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
     double u = rng_.UniformDouble() * w_sum;
     int chosen = 0;
     while (chosen < 2 && u > w[chosen]) u -= w[chosen++];
-    const auto pick = static_cast<std::size_t>(nominee[chosen]);
+    auto pick = static_cast<std::size_t>(nominee[chosen]);
+    double pick_mean = mu(static_cast<Eigen::Index>(pick));
+    if (sampled) {
+      // The sample only approximates the space: climb from the pick through
+      // its unseen one-parameter neighbours while the acquisition improves.
+      double value = top[chosen];
+      for (int step = 0; step < kRefineSteps; ++step) {
+        const Eigen::Index from = m;
+        for (Config& nb : space_.Neighbours(candidates[pick], Space::Neighbourhood::kHamming)) {
+          if (seen_.count(nb) == 0 && in.insert(nb).second) candidates.push_back(std::move(nb));
+        }
+        m = static_cast<Eigen::Index>(candidates.size());
+        if (m == from) break;
+        xc.conservativeResize(m, d);
+        encode_rows(from);
+        feasible.conservativeResize(m);
+        feasible.tail(m - from) = Feasibility(xc.bottomRows(m - from));
+        taken.resize(static_cast<std::size_t>(m), false);
+        Eigen::VectorXd mu_n, var_n;
+        gp_.Predict(xc.bottomRows(m - from), &mu_n, &var_n);
+        std::size_t better = pick;
+        for (Eigen::Index i = 0; i < m - from; ++i) {
+          double acq[3];
+          acquisitions(mu_n(i), var_n(i), feasible(from + i), acq);
+          if (acq[chosen] > value) {
+            value = acq[chosen];
+            better = static_cast<std::size_t>(from + i);
+            pick_mean = mu_n(i);
+          }
+        }
+        if (better == pick) break;
+        pick = better;
+      }
+      nominee[chosen] = static_cast<int>(pick);
+    }
     if (out.empty() && pending_nominees_.empty()) {
       for (int a = 0; a < 3; ++a) {
         std::vector<double> enc(static_cast<std::size_t>(d));
@@ -370,8 +413,7 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
     take(candidates[pick]);
     if (out.size() < n) {
       // Kriging believer: pretend the pick came out at its mean.
-      gp_.Add(xc.row(static_cast<Eigen::Index>(pick)).transpose(),
-              mu(static_cast<Eigen::Index>(pick)));
+      gp_.Add(xc.row(static_cast<Eigen::Index>(pick)).transpose(), pick_mean);
     }
   }
   proposals_ += out.size();

@@ -1,17 +1,20 @@
 // Bayesian optimisation over a discrete, constrained space.
 //
 // A Gaussian process (Matern 5/2, one length scale per dimension, fitted by
-// marginal likelihood) models the log of the kernel time of the valid
-// configurations; a kernel-weighted estimate of the success rate models
-// where configurations fail, so failures teach the strategy where not to
-// look instead of reaching the surrogate as huge times. Each proposal
-// maximises expected improvement, probability of improvement or a lower
-// confidence bound times the success probability, the acquisition chosen
-// each time by a hedge that rewards the ones whose picks turn out well.
-// Candidates are every unevaluated configuration when that is affordable,
-// otherwise a uniform sample plus the neighbours of the best so far,
-// refined by local search. Batches (Ask(n > 1)) use the kriging believer:
-// each pick is added at its predicted mean before the next is chosen.
+// marginal likelihood) models the log of the loss. Failed configurations
+// enter it at the worst successful value (a gentle penalty, never the huge
+// times that would flatten the rest), and a second Gaussian process over
+// +1/-1 labels estimates the probability that a configuration succeeds,
+// prior failures from other jobs included: failures teach the strategy
+// where not to look. Each proposal maximises expected improvement,
+// probability of improvement or a lower-confidence-bound utility, each
+// times the success probability, the acquisition chosen by a hedge that
+// rewards the ones whose picks turn out well. Candidates are every
+// unevaluated configuration when predicting them all is affordable;
+// otherwise a uniform sample plus the neighbours of the best few so far,
+// and each pick is refined by hill-climbing through its one-parameter
+// neighbours. Batches (Ask(n > 1)) use the kriging believer: each pick is
+// added at its predicted mean before the next is chosen.
 #ifndef KTUNE_STRATEGIES_BAYES_H_
 #define KTUNE_STRATEGIES_BAYES_H_
 

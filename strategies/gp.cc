@@ -48,7 +48,6 @@ double GaussianProcess::Correlation(const double* a, const double* b) const {
 }
 
 void GaussianProcess::Factorise() {
-  const Eigen::Index n = x_.rows();
   Eigen::MatrixXd k = Kernel(x_, x_);
   k.diagonal().array() += noise_;
   Eigen::LLT<Eigen::MatrixXd> llt(k);
@@ -59,9 +58,14 @@ void GaussianProcess::Factorise() {
     jitter *= 10;
   }
   chol_ = llt.matrixL();
-  alpha_ = llt.solve(y_);
+  Solve();
+}
+
+void GaussianProcess::Solve() {
+  const Eigen::VectorXd z = chol_.triangularView<Eigen::Lower>().solve(y_);
+  alpha_ = chol_.transpose().triangularView<Eigen::Upper>().solve(z);
   lml_ = -0.5 * y_.dot(alpha_) - chol_.diagonal().array().log().sum() -
-         0.5 * static_cast<double>(n) * std::log(2 * M_PI);
+         0.5 * static_cast<double>(y_.size()) * std::log(2 * M_PI);
 }
 
 void GaussianProcess::Optimise(int iterations) {
@@ -133,10 +137,42 @@ void GaussianProcess::Optimise(int iterations) {
 }
 
 void GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, int iterations) {
+  // Without new hyperparameters, the factor of the rows shared with the
+  // last fit (its leading block) is kept and extended: O(n^2) per new row
+  // instead of O(n^3) for all.
+  Eigen::Index same = 0;
+  if (iterations <= 0 && chol_.rows() > 0 && x.cols() == x_.cols()) {
+    const Eigen::Index shared = std::min(x.rows(), x_.rows());
+    while (same < shared && x.row(same) == x_.row(same)) ++same;
+  }
   x_ = x;
   y_ = y;
   if (iterations > 0 && x_.rows() >= 2) Optimise(iterations);
-  Factorise();
+  if (same == 0 || !Extend(same)) Factorise();
+}
+
+bool GaussianProcess::Extend(Eigen::Index kept) {
+  const Eigen::Index n = x_.rows();
+  const Eigen::Index r = n - kept;
+  Eigen::MatrixXd chol(n, n);
+  chol.setZero();
+  chol.topLeftCorner(kept, kept) = chol_.topLeftCorner(kept, kept);
+  if (r > 0) {
+    // [L11 0; L21 L22]: L21 = (L11^-1 K12)^T, L22 = chol(K22 + noise - L21 L21^T).
+    const Eigen::MatrixXd k12 = Kernel(x_.topRows(kept), x_.bottomRows(r));
+    const Eigen::MatrixXd l21t =
+        chol.topLeftCorner(kept, kept).triangularView<Eigen::Lower>().solve(k12);
+    Eigen::MatrixXd s = Kernel(x_.bottomRows(r), x_.bottomRows(r));
+    s.diagonal().array() += noise_;
+    s.noalias() -= l21t.transpose() * l21t;
+    Eigen::LLT<Eigen::MatrixXd> llt(s);
+    if (llt.info() != Eigen::Success) return false;
+    chol.bottomLeftCorner(r, kept) = l21t.transpose();
+    chol.bottomRightCorner(r, r) = llt.matrixL();
+  }
+  chol_ = std::move(chol);
+  Solve();
+  return true;
 }
 
 void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
@@ -164,8 +200,7 @@ void GaussianProcess::Add(const Eigen::VectorXd& x, double y) {
   x_.row(n) = x.transpose();
   y_.conservativeResize(n + 1);
   y_(n) = y;
-  const Eigen::VectorXd z = chol_.triangularView<Eigen::Lower>().solve(y_);
-  alpha_ = chol_.transpose().triangularView<Eigen::Upper>().solve(z);
+  Solve();
 }
 
 }  // namespace ktune

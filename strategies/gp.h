@@ -40,6 +40,12 @@ class GaussianProcess {
   // Kernel matrix between rows of a and b at the current hyperparameters.
   Eigen::MatrixXd Kernel(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) const;
   void Factorise();
+  // alpha_ and lml_ from chol_ and y_.
+  void Solve();
+  // Keeps the factor's leading `kept` rows (still valid for x_'s first
+  // `kept` rows) and factorises the rest against them; false if that fails
+  // numerically (the caller then factorises from scratch).
+  bool Extend(Eigen::Index kept);
   void Optimise(int iterations);
 
   std::size_t dims_;

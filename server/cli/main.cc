@@ -744,6 +744,9 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         r.Set("fraction_of_optimum_at_20_50_100_200", std::move(f));
         r.Set("ms_per_proposal", sc->time_per_proposal.count());
         results.Push(std::move(r));
+        // Long runs: say how far they got.
+        std::fprintf(stderr, "ktune evaluate: %s %s: %.3f / %.3f\n", label.c_str(), name.c_str(),
+                     sc->short_score, sc->long_score);
       } else {
         std::printf("%-44s %-12s %7.3f %7.3f %6.3f %6.3f %6.3f %6.3f %9.3f\n",
                     StrCat(label.substr(0, 34), " (", baseline.short_budget(), "/",
@@ -765,19 +768,21 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   };
   Json averages = Json::MakeArray();
   for (const std::string& name : strategies) {
-    const double lo = *std::min_element(long_scores[name].begin(), long_scores[name].end());
+    const double lo_short = *std::min_element(short_scores[name].begin(), short_scores[name].end());
+    const double lo_long = *std::min_element(long_scores[name].begin(), long_scores[name].end());
     if (json) {
       Json a = Json::MakeObject();
       a.Set("strategy", name);
       a.Set("short_score", mean(short_scores[name]));
       a.Set("long_score", mean(long_scores[name]));
-      a.Set("lowest_long_score", lo);
+      a.Set("lowest_short_score", lo_short);
+      a.Set("lowest_long_score", lo_long);
       averages.Push(std::move(a));
     } else {
-      std::printf("%-44s %-12s %7.3f %7.3f   (lowest long score %.3f, %d repeats, batch %d)\n",
+      std::printf("%-44s %-12s %7.3f %7.3f   (lowest %.3f / %.3f; %d repeats, batch %d)\n",
                   StrCat("average over ", recordings.size(), " spaces").c_str(), name.c_str(),
-                  mean(short_scores[name]), mean(long_scores[name]), lo, options.repeats,
-                  options.batch);
+                  mean(short_scores[name]), mean(long_scores[name]), lo_short, lo_long,
+                  options.repeats, options.batch);
     }
   }
   if (json) {

@@ -216,6 +216,55 @@ TEST(GaussianProcessTest, InterpolatesAndIsUncertainFarAway) {
   EXPECT_NEAR(mean(1), 2.0, 0.05);
 }
 
+TEST(GaussianProcessTest, ExtendingTheFactorMatchesRefactorising) {
+  // Two models with the same hyperparameters: one extends its factor with
+  // new rows, the other (whose first row differs) factorises from scratch.
+  Eigen::MatrixXd x(12, 2);
+  Eigen::VectorXd y(12);
+  for (int i = 0; i < 12; ++i) {
+    x(i, 0) = 0.08 * i;
+    x(i, 1) = std::fmod(0.37 * i, 1.0);
+    y(i) = std::sin(5 * x(i, 0)) + x(i, 1);
+  }
+  GaussianProcess extended(2);
+  extended.Fit(x.topRows(8), y.head(8), 40);
+  GaussianProcess fresh = extended;
+  Eigen::MatrixXd other = x.topRows(8);
+  other(0, 0) = 0.99;
+  fresh.Fit(other, y.head(8), 0);
+  extended.Fit(x, y, 0);
+  fresh.Fit(x, y, 0);
+  Eigen::MatrixXd q(3, 2);
+  q << 0.15, 0.2, 0.5, 0.9, 1.5, 0.1;
+  Eigen::VectorXd m1, v1, m2, v2;
+  extended.Predict(q, &m1, &v1);
+  fresh.Predict(q, &m2, &v2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NEAR(m1(i), m2(i), 1e-9);
+    EXPECT_NEAR(v1(i), v2(i), 1e-9);
+  }
+  EXPECT_NEAR(extended.log_likelihood(), fresh.log_likelihood(), 1e-8);
+}
+
+TEST(StrategiesTest, BayesSearchesSpacesTooLargeToList) {
+  // 40^4 = 2.56 million configurations: candidates are sampled and picks
+  // refined by hill-climbing; a smooth bowl is still found fast.
+  const Space space = *Space::Product(
+      {Range("a", 0, 39), Range("b", 0, 39), Range("c", 0, 39), Range("d", 0, 39)}, {});
+  auto loss = [](const Space& s, const Config& c) {
+    double sum = 0;
+    const double centre[4] = {31, 6, 17, 22};
+    for (std::size_t i = 0; i < 4; ++i) {
+      const double v = static_cast<double>(At(s, c, i)) - centre[i];
+      sum += v * v;
+    }
+    return Ok(1 + sum);
+  };
+  const RunResult bayes = Drive("bayes", space, loss, 60, 1, 1);
+  // Random search expects a best loss near 300 after 60 draws.
+  EXPECT_LT(bayes.best, 30.0);
+}
+
 TEST(EncoderTest, LogScalesPowersAndOneHotsCategories) {
   Parameter bs{"bs",
                ValueType::kInt,
