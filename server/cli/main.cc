@@ -24,6 +24,7 @@
 #include "ktune/v1/job.pb.h"
 #include "server/cli/flags.h"
 #include "server/cli/output.h"
+#include "server/runner/runner.h"
 #include "strategies/registry.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
@@ -250,28 +251,6 @@ class ProgressLine {
 
 WorkerProgram SelfProgram() { return WorkerProgram{SelfExecutable()}; }
 
-// Opens the GPU a selector names ("0", "cuda:0", a UUID).
-absl::StatusOr<std::unique_ptr<Device>> OpenGpu(const std::string& selector, std::int64_t workers) {
-#ifdef KTUNE_HAVE_CUDA
-  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(SelfProgram());
-  if (!gpus.ok()) return gpus.status();
-  absl::StatusOr<v1::WorkerDeviceInfo> gpu = SelectCudaDevice(*gpus, selector);
-  if (!gpu.ok()) return gpu.status();
-  CudaDeviceOptions options;
-  options.program = SelfProgram();
-  options.compile_workers = static_cast<int>(workers);
-  options.cache_dir = CompileCache::DefaultDir();
-  absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, options);
-  if (!d.ok()) return d.status();
-  return std::unique_ptr<Device>(*std::move(d));
-#else
-  (void)selector;
-  (void)workers;
-  return absl::FailedPreconditionError(
-      "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
-#endif
-}
-
 std::string DirOf(const std::string& path) {
   const std::size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -330,69 +309,50 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
                    "ktune tune: no device; give --device sim:FILE (or name one in the "
                    "job file's device.devices)"};
   }
-  std::unique_ptr<Device> device;
-  SimulatedDevice* sim = nullptr;
-  if (device_arg.rfind("sim:", 0) == 0) {
-    std::string sim_path = device_arg.substr(4);
-    if (sim_path.empty()) return Failure{kExitInvalidInput, "--device sim:: empty file name"};
-    if (sim_path[0] != '/' && device_base != ".") sim_path = StrCat(device_base, "/", sim_path);
-    absl::StatusOr<std::unique_ptr<SimulatedDevice>> opened = SimulatedDevice::Open(sim_path);
-    if (!opened.ok()) {
-      return Failure{kExitInvalidInput,
-                     StrCat("--device ", device_arg, ": ", opened.status().message())};
-    }
-    absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
-    if (!speed.ok()) return InvalidInput(speed.status());
-    if (*speed && **speed > 0) (*opened)->set_speed(**speed);
-    sim = opened->get();
-    device = *std::move(opened);
-  } else {
-    if (!has_spec) {
-      return Failure{kExitInvalidInput, StrCat("--device ", device_arg,
-                                               ": a GPU tunes a kernel given by a job file "
-                                               "(ktune tune SPEC.json ...)")};
-    }
-    absl::StatusOr<std::optional<std::int64_t>> workers = args.GetInt("compile-workers", 1, 1024);
-    if (!workers.ok()) return InvalidInput(workers.status());
-    absl::StatusOr<std::unique_ptr<Device>> gpu = OpenGpu(device_arg, workers->value_or(0));
-    if (!gpu.ok()) {
-      return Failure{gpu.status().code() == absl::StatusCode::kInvalidArgument ? kExitInvalidInput
-                                                                               : kExitError,
-                     StrCat("--device ", device_arg, ": ", gpu.status().message())};
-    }
-    device = *std::move(gpu);
+  if (!has_spec && device_arg.rfind("sim:", 0) != 0) {
+    return Failure{kExitInvalidInput, StrCat("--device ", device_arg,
+                                             ": a GPU tunes a kernel given by a job file "
+                                             "(ktune tune SPEC.json ...)")};
   }
+  OpenDeviceOptions device_options;
+  device_options.base_dir = device_base;
+  device_options.worker_program = SelfExecutable();
+  absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
+  if (!speed.ok()) return InvalidInput(speed.status());
+  device_options.sim_speed = speed->value_or(0);
+  absl::StatusOr<std::optional<std::int64_t>> workers = args.GetInt("compile-workers", 1, 1024);
+  if (!workers.ok()) return InvalidInput(workers.status());
+  device_options.compile_workers = static_cast<int>(workers->value_or(0));
+  absl::StatusOr<std::unique_ptr<Device>> opened = OpenDevice(device_arg, device_options);
+  if (!opened.ok()) {
+    return Failure{opened.status().code() == absl::StatusCode::kInvalidArgument ? kExitInvalidInput
+                                                                                : kExitError,
+                   StrCat("--device ", device_arg, ": ", opened.status().message())};
+  }
+  std::unique_ptr<Device> device = *std::move(opened);
   spec.mutable_device()->clear_devices();
   spec.mutable_device()->add_devices(device_arg);
 
   // 3. The job.
-  absl::StatusOr<Job> job =
-      has_spec ? ResolveJob(spec, base_dir) : JobForRecording(sim->recording(), spec);
+  absl::StatusOr<Job> job = ResolveJobOn(spec, base_dir, *device);
   if (!job.ok()) {
     return Failure{kExitInvalidInput,
                    has_spec ? StrCat(args.positional()[0], ": ", job.status().message())
                             : std::string(job.status().message())};
   }
 
-  // 4. The strategy.
-  StrategyOptions options;
-  options.seed = job->seed;
-  options.max_evaluations = job->max_evaluations;
-  options.settings = job->strategy_settings;
-  const std::string resolved = job->strategy == "auto"
-                                   ? ResolveAutoStrategy(*job->space, job->max_evaluations)
-                                   : job->strategy;
-  absl::StatusOr<std::unique_ptr<Strategy>> strat =
-      MakeStrategy(job->strategy, *job->space, options);
+  // 4. The strategy (checked now; rebuilt around a warm start below).
+  absl::StatusOr<BuiltStrategy> strat = BuildStrategy(*job, nullptr, "");
   if (!strat.ok()) {
     return Failure{kExitInvalidInput,
                    StrCat(args.Has("strategy") ? "--strategy: " : "strategy.name: ",
                           strat.status().message())};
   }
+  const std::string resolved = strat->resolved;
 
   // 5. Bind the job to the device (for a GPU: worker, arguments,
   // reference), still before anything is stored.
-  Session session(*job, *device, **strat, resolved);
+  Session session(*job, *device, *strat->strategy, resolved);
   if (absl::Status s = session.Prepare(); !s.ok()) {
     return s.code() == absl::StatusCode::kInvalidArgument ? InvalidInput(s) : Error(s);
   }
@@ -409,19 +369,15 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
 
   // 7. A warm start from other jobs of this kernel, if the store has any:
   // the strategy is rebuilt around it.
-  std::unique_ptr<Strategy> warm_strategy;
+  BuiltStrategy warm;
   if (job->warm_start) {
-    absl::StatusOr<WarmStart> warm = LoadWarmStart(*store, *job, session.job_id());
-    if (!warm.ok()) return Error(warm.status());
-    if (!warm->prior.empty()) {
-      options.prior = std::move(warm->prior);
-      absl::StatusOr<std::unique_ptr<Strategy>> rebuilt =
-          MakeStrategy(job->strategy, *job->space, options);
-      if (!rebuilt.ok()) return Error(rebuilt.status());
-      warm_strategy = *std::move(rebuilt);
-      session.set_strategy(*warm_strategy);
+    absl::StatusOr<BuiltStrategy> rebuilt = BuildStrategy(*job, &*store, session.job_id());
+    if (!rebuilt.ok()) return Error(rebuilt.status());
+    warm = *std::move(rebuilt);
+    if (warm.warm_configurations > 0) {
+      session.set_strategy(*warm.strategy);
       std::fprintf(stderr, "ktune: warm start from %lld earlier job(s): %zu configurations\n",
-                   static_cast<long long>(warm->jobs), options.prior.size());
+                   static_cast<long long>(warm.warm_jobs), warm.warm_configurations);
     }
   }
 

@@ -173,6 +173,96 @@ TEST_F(StoreTest, BestKeepsTheLowestLossAcrossJobs) {
   EXPECT_TRUE(s->FindBest("other", std::nullopt, std::nullopt, std::nullopt)->empty());
 }
 
+TEST_F(StoreTest, BestMatchFallsBackToTheNearestProblemThenTheArchitecture) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s.ok());
+  auto job = [&](const std::string& id, const std::string& uuid, const std::string& name,
+                 const std::string& arch, std::int64_t n, const std::string& hash) {
+    JobRecord j = MakeJob(id, uuid);
+    j.device.name = name;
+    j.device.architecture = arch;
+    j.problem = {{"N", n}};
+    j.source_hash = hash;
+    return j;
+  };
+  ASSERT_TRUE(s->StartJob(job("small", "GPU-1", "H200", "sm_90", 1 << 10, "h1"), nullptr).ok());
+  ASSERT_TRUE(s->StartJob(job("large", "GPU-1", "H200", "sm_90", 1 << 24, "h1"), nullptr).ok());
+  ASSERT_TRUE(s->StartJob(job("a100", "GPU-3", "A100", "sm_80", 1 << 20, "h1"), nullptr).ok());
+  ASSERT_TRUE(s->AddMeasurement("small", Ok(0, "s", 1.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("large", Ok(0, "l", 5.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("a100", Ok(0, "a", 2.0)).ok());
+
+  BestQuery q;
+  q.kernel = "saxpy";
+  q.device = "H200";
+  q.problem = {{"N", 1 << 24}};
+  absl::StatusOr<BestMatch> m = s->FindBestMatch(q);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kind, BestMatchKind::kExact);
+  EXPECT_EQ(m->best.key, "l");
+  EXPECT_FALSE(m->source_differs);
+
+  q.problem = {{"N", 1 << 20}};  // 2^20 is nearer 2^24 than 2^10 on a log scale
+  m = s->FindBestMatch(q);
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->kind, BestMatchKind::kNearestProblem);
+  EXPECT_EQ(m->best.key, "l");
+  EXPECT_NEAR(m->distance, 4 * std::log(2.0), 1e-9);
+
+  q.exact_only = true;
+  m = s->FindBestMatch(q);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("exact match asked"));
+  q.exact_only = false;
+
+  // Another device of the A100's architecture, known by its architecture.
+  q.device = "A30";
+  q.architecture = "sm_80";
+  m = s->FindBestMatch(q);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->kind, BestMatchKind::kSameArchitecture);
+  EXPECT_EQ(m->best.key, "a");
+  EXPECT_EQ(m->best.device.name, "A100");
+
+  // Nothing of architecture sm_75: NOT_FOUND saying what is held.
+  q.architecture = "sm_75";
+  m = s->FindBestMatch(q);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("A100 {\"N\":1048576}"));
+
+  // Another source under the same name is reported, not hidden.
+  q.device = "H200";
+  q.architecture.clear();
+  q.problem = {{"N", 1 << 24}};
+  q.source_hash = "h2";
+  m = s->FindBestMatch(q);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->source_differs);
+  q.source_hash = "h1";
+  EXPECT_FALSE(s->FindBestMatch(q)->source_differs);
+
+  q.kernel = "nothing";
+  EXPECT_EQ(s->FindBestMatch(q).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, QueuedJobsKeepTheirOriginAndPriority) {
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  JobRecord j = MakeJob("q1");
+  j.origin = "daemon";
+  j.priority = 3;
+  bool existed = true;
+  absl::StatusOr<JobRecord> r = s->QueueJob(j, &existed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(existed);
+  EXPECT_EQ(r->state, JobState::kQueued);
+  EXPECT_EQ(r->origin, "daemon");
+  EXPECT_EQ(r->priority, 3);
+  r = s->StartJob(MakeJob("q1"), &existed);  // a session starts it
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(r->state, JobState::kRunning);
+  EXPECT_EQ(r->origin, "daemon");
+}
+
 TEST_F(StoreTest, JobIdPrefixes) {
   absl::StatusOr<Store> s = Store::Open(path_, true);
   ASSERT_TRUE(s->StartJob(MakeJob("abc123"), nullptr).ok());

@@ -2,9 +2,11 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -105,6 +107,12 @@ CREATE TABLE best (
 ALTER TABLE measurements ADD COLUMN conditions TEXT NOT NULL DEFAULT '{}';
 ALTER TABLE measurements ADD COLUMN samples_ms TEXT NOT NULL DEFAULT '[]';
 )sql"},
+    // Who submitted each job (a daemon resumes only its own) and its
+    // scheduling priority.
+    {3, R"sql(
+ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
+)sql"},
 };
 
 constexpr const char* kJobColumns = R"sql(
@@ -112,7 +120,7 @@ SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,
        d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,
        d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,
        j.objective, j.state, j.message, j.evaluations, j.created_at,
-       j.updated_at
+       j.updated_at, j.origin, j.priority
 FROM jobs j JOIN kernels k ON k.id = j.kernel_id
             JOIN devices d ON d.id = j.device_id)sql";
 
@@ -390,8 +398,8 @@ RETURNING id)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_job, R"sql(
 INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy,
                   seed, objective, state, message, evaluations, created_at,
-                  updated_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '', 0, ?11, ?11)
+                  updated_at, origin, priority)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '', 0, ?11, ?11, ?12, ?13)
 ON CONFLICT (id) DO NOTHING)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->get_job, StrCat(kJobColumns, " WHERE j.id = ?1")));
   KTUNE_RETURN_IF_ERROR(prep(st->get_job_prefix, StrCat(kJobColumns,
@@ -506,10 +514,20 @@ absl::StatusOr<JobRecord> Store::ReadJob(sqlite::Statement& s) {
   j.evaluations = s.Int(20);
   j.created_at = s.Text(21);
   j.updated_at = s.Text(22);
+  j.origin = s.Text(23);
+  j.priority = static_cast<int>(s.Int(24));
   return j;
 }
 
 absl::StatusOr<JobRecord> Store::StartJob(const JobRecord& job, bool* resumed) {
+  return RecordJob(job, JobState::kRunning, resumed);
+}
+
+absl::StatusOr<JobRecord> Store::QueueJob(const JobRecord& job, bool* existed) {
+  return RecordJob(job, JobState::kQueued, existed);
+}
+
+absl::StatusOr<JobRecord> Store::RecordJob(const JobRecord& job, JobState state, bool* existed) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t kernel_id, UpsertKernel(job));
@@ -525,20 +543,22 @@ absl::StatusOr<JobRecord> Store::StartJob(const JobRecord& job, bool* resumed) {
       .Bind(7, std::string_view(job.strategy))
       .Bind(8, static_cast<std::int64_t>(job.seed))
       .Bind(9, std::string_view(job.objective))
-      .Bind(10, std::string_view(JobStateName(JobState::kRunning)))
-      .Bind(11, std::string_view(now));
+      .Bind(10, std::string_view(JobStateName(state)))
+      .Bind(11, std::string_view(now))
+      .Bind(12, std::string_view(job.origin))
+      .Bind(13, static_cast<std::int64_t>(job.priority));
   KTUNE_RETURN_IF_ERROR(ins.Run());
   const bool inserted = sqlite3_changes(db_.get()) > 0;
   if (!inserted) {
     sqlite::Statement& up = stmts_->set_state;
     up.Bind(1, std::string_view(job.id))
-        .Bind(2, std::string_view(JobStateName(JobState::kRunning)))
+        .Bind(2, std::string_view(JobStateName(state)))
         .Bind(3, std::string_view(""))
         .Bind(4, std::string_view(now));
     KTUNE_RETURN_IF_ERROR(up.Run());
   }
   KTUNE_RETURN_IF_ERROR(tx.Commit());
-  if (resumed != nullptr) *resumed = !inserted;
+  if (existed != nullptr) *existed = !inserted;
   return GetJob(job.id);
 }
 
@@ -763,6 +783,127 @@ WHERE k.name = ?1)sql";
   });
   if (!status.ok()) return status;
   return out;
+}
+
+const char* BestMatchKindName(BestMatchKind kind) {
+  switch (kind) {
+    case BestMatchKind::kExact: return "exact";
+    case BestMatchKind::kNearestProblem: return "nearest_problem";
+    case BestMatchKind::kSameArchitecture: return "same_architecture";
+  }
+  return "?";
+}
+
+double ProblemDistance(const Problem& a, const Problem& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double sum = 0;
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+    if (ia->first != ib->first) return std::numeric_limits<double>::infinity();
+    const double d = std::log(static_cast<double>(std::max<std::int64_t>(ia->second, 1))) -
+                     std::log(static_cast<double>(std::max<std::int64_t>(ib->second, 1)));
+    sum += d * d;
+  }
+  return std::sqrt(sum);
+}
+
+absl::StatusOr<BestMatch> Store::FindBestMatch(const BestQuery& q) {
+  KTUNE_ASSIGN_OR_RETURN(
+      std::vector<BestRecord> all,
+      FindBest(q.kernel, std::nullopt, std::nullopt,
+               q.objective.empty() ? std::nullopt : std::optional<std::string>(q.objective)));
+  if (all.empty()) {
+    return absl::NotFoundError(
+        StrCat("no stored best configuration for kernel ", q.kernel,
+               q.objective.empty() ? "" : StrCat(" (objective ", q.objective, ")")));
+  }
+  if (q.objective.empty()) {
+    // One objective: "time" when there is one, else the first stored.
+    std::string objective = all.front().objective;
+    for (const BestRecord& b : all) {
+      if (b.objective == "time") objective = "time";
+    }
+    std::erase_if(all, [&](const BestRecord& b) { return b.objective != objective; });
+  }
+  bool source_differs = false;
+  if (!q.source_hash.empty()) {
+    const bool any_same = std::any_of(all.begin(), all.end(), [&](const BestRecord& b) {
+      return b.source_hash == q.source_hash;
+    });
+    if (any_same) {
+      std::erase_if(all, [&](const BestRecord& b) { return b.source_hash != q.source_hash; });
+    } else {
+      source_differs = true;
+    }
+  }
+  auto on_device = [&](const BestRecord& b) {
+    return q.device.empty() || b.device.name == q.device || b.device.id == q.device ||
+           b.device.uuid == q.device;
+  };
+  auto answer = [&](BestMatchKind kind, const BestRecord& b, double distance) {
+    BestMatch m;
+    m.kind = kind;
+    m.best = b;
+    m.source_differs = source_differs;
+    m.distance = distance;
+    return m;
+  };
+  // The exact problem, else the nearest, among records passing `keep`.
+  auto pick = [&](auto keep, bool nearest) -> std::optional<std::pair<const BestRecord*, double>> {
+    const BestRecord* found = nullptr;
+    double best_distance = std::numeric_limits<double>::infinity();
+    for (const BestRecord& b : all) {
+      if (!keep(b)) continue;
+      if (q.problem.empty() || b.problem == q.problem) return std::make_pair(&b, 0.0);
+      if (!nearest) continue;
+      const double d = ProblemDistance(q.problem, b.problem);
+      if (d < best_distance) {
+        best_distance = d;
+        found = &b;
+      }
+    }
+    if (found == nullptr) return std::nullopt;
+    return std::make_pair(found, best_distance);
+  };
+  if (auto exact = pick(on_device, false)) {
+    return answer(BestMatchKind::kExact, *exact->first, 0);
+  }
+  std::string architecture = q.architecture;
+  if (!q.exact_only) {
+    if (auto near = pick(on_device, true)) {
+      return answer(BestMatchKind::kNearestProblem, *near->first, near->second);
+    }
+    if (architecture.empty() && q.device.rfind("sm_", 0) == 0) architecture = q.device;
+    if (architecture.empty() && !q.device.empty()) {
+      KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
+SELECT architecture FROM devices
+WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' LIMIT 1)sql"));
+      s.Bind(1, std::string_view(q.device));
+      KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
+      if (row) architecture = s.Text(0);
+    }
+    if (!architecture.empty()) {
+      auto same_arch = [&](const BestRecord& b) { return b.device.architecture == architecture; };
+      if (auto other = pick(same_arch, true)) {
+        return answer(BestMatchKind::kSameArchitecture, *other->first, other->second);
+      }
+    }
+  }
+  std::vector<std::string> held;
+  for (const BestRecord& b : all) {
+    std::string h = StrCat(b.device.name, " ", ProblemToJson(b.problem));
+    if (std::find(held.begin(), held.end(), h) == held.end()) held.push_back(std::move(h));
+  }
+  if (held.size() > 8) held.resize(8);
+  return absl::NotFoundError(StrCat(
+      "no stored best configuration for kernel ", q.kernel,
+      q.device.empty() ? "" : StrCat(" on ", q.device),
+      q.problem.empty() ? "" : StrCat(" for ", ProblemToJson(q.problem)),
+      q.exact_only
+          ? " (exact match asked)"
+          : StrCat(
+                " nor a nearby problem",
+                architecture.empty() ? "" : StrCat(" nor a device of architecture ", architecture)),
+      "; the store holds: ", StrJoin(held, "; ")));
 }
 
 absl::StatusOr<std::vector<PriorMeasurement>> Store::LoadPriorMeasurements(

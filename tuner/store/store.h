@@ -55,6 +55,8 @@ struct JobRecord {
   std::int64_t evaluations = 0;
   std::string created_at;  // ISO 8601, UTC
   std::string updated_at;
+  std::string origin = "local";  // "local" (ktune tune --local) or "daemon"
+  int priority = 0;              // higher runs first among queued jobs
 };
 
 struct StoredMeasurement {
@@ -89,6 +91,33 @@ struct BestRecord {
   double loss = 0;
   std::string updated_at;
 };
+
+// GetBest's question: a kernel by name (and optionally its source hash) on
+// a device for a problem.
+struct BestQuery {
+  std::string kernel;
+  std::string source_hash;   // optional
+  std::string device;        // name, id ("cuda:0") or uuid; empty: any
+  std::string architecture;  // of `device`, when the caller knows it
+  Problem problem;           // empty: any
+  std::string objective;     // empty: "time" when stored, else any
+  bool exact_only = false;
+};
+
+enum class BestMatchKind { kExact, kNearestProblem, kSameArchitecture };
+const char* BestMatchKindName(BestMatchKind kind);  // "exact", ...
+
+struct BestMatch {
+  BestMatchKind kind = BestMatchKind::kExact;
+  BestRecord best;
+  bool source_differs = false;  // the stored source hash is not the one asked
+  double distance = 0;          // problem distance (log scale) when nearest
+};
+
+// The distance between two problems over the same dimensions: the
+// Euclidean norm of the differences of their natural logs. Infinite when
+// the dimension names differ.
+double ProblemDistance(const Problem& a, const Problem& b);
 
 // One schema step: applied in a transaction, then user_version = version.
 struct Migration {
@@ -129,6 +158,10 @@ class Store {
   // *resumed when it existed before.
   absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed);
 
+  // The same, but leaves the job queued (a daemon's job waiting its turn);
+  // *existed is set when the job was stored before.
+  absl::StatusOr<JobRecord> QueueJob(const JobRecord& job, bool* existed);
+
   absl::Status SetJobState(const std::string& job_id, JobState state, const std::string& message);
 
   // Commits one measurement, bumps the job's evaluation count and, when the
@@ -165,6 +198,14 @@ class Store {
                                                    const std::optional<Problem>& problem,
                                                    const std::optional<std::string>& objective);
 
+  // The fallback chain: the exact kernel, device and problem; else the
+  // nearest problem on that device; else the same kernel on another device
+  // of the same architecture (exact problem first, else nearest). Records
+  // with the asked source hash are preferred; when only others exist the
+  // match says source_differs. NOT_FOUND with a message saying what the
+  // store does hold.
+  absl::StatusOr<BestMatch> FindBestMatch(const BestQuery& query);
+
   // Measurements of other jobs that tuned a kernel with this name and
   // exactly these parameters (names, in order) for `objective`, on any
   // device and problem, excluding job `exclude_job_id`; constraint
@@ -181,6 +222,7 @@ class Store {
   absl::Status PrepareStatements();
   absl::StatusOr<std::int64_t> UpsertDevice(const DeviceInfo& device);
   absl::StatusOr<std::int64_t> UpsertKernel(const JobRecord& job);
+  absl::StatusOr<JobRecord> RecordJob(const JobRecord& job, JobState state, bool* existed);
   absl::StatusOr<JobRecord> ReadJob(sqlite::Statement& stmt);
   absl::StatusOr<std::vector<JobRecord>> ReadJobs(sqlite::Statement& stmt);
 

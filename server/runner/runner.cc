@@ -1,0 +1,82 @@
+#include "server/runner/runner.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "strategies/registry.h"
+#include "tuner/base/strings.h"
+#include "tuner/device/simulated_device.h"
+#include "tuner/session/warm_start.h"
+#ifdef KTUNE_HAVE_CUDA
+#include "tuner/compile/compile_pool.h"
+#include "tuner/device/cuda_device.h"
+#endif
+
+namespace ktune {
+
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
+                                                   const OpenDeviceOptions& options) {
+  if (locator.rfind("sim:", 0) == 0) {
+    std::string path = locator.substr(4);
+    if (path.empty()) return absl::InvalidArgumentError("sim: needs a file name (sim:FILE)");
+    if (path[0] != '/' && options.base_dir != ".") path = StrCat(options.base_dir, "/", path);
+    absl::StatusOr<std::unique_ptr<SimulatedDevice>> sim = SimulatedDevice::Open(path);
+    if (!sim.ok()) return absl::InvalidArgumentError(sim.status().message());
+    if (options.sim_speed > 0) (*sim)->set_speed(options.sim_speed);
+    return std::unique_ptr<Device>(*std::move(sim));
+  }
+  if (locator.empty()) return absl::InvalidArgumentError("empty device locator");
+#ifdef KTUNE_HAVE_CUDA
+  const WorkerProgram program{options.worker_program};
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(program);
+  if (!gpus.ok()) return gpus.status();
+  absl::StatusOr<v1::WorkerDeviceInfo> gpu = SelectCudaDevice(*gpus, locator);
+  if (!gpu.ok()) return gpu.status();
+  CudaDeviceOptions o;
+  o.program = program;
+  o.compile_workers = options.compile_workers;
+  o.cache_dir = CompileCache::DefaultDir();
+  absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, o);
+  if (!d.ok()) return d.status();
+  return std::unique_ptr<Device>(*std::move(d));
+#else
+  return absl::FailedPreconditionError(
+      "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
+#endif
+}
+
+absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
+                                 Device& device) {
+  if (spec.has_kernel()) return ResolveJob(spec, base_dir);
+  auto* sim = dynamic_cast<SimulatedDevice*>(&device);
+  if (sim == nullptr) {
+    return absl::InvalidArgumentError(
+        "kernel: a GPU tunes a kernel given by the job spec (only a simulated device "
+        "replays its recorded space without one)");
+  }
+  return JobForRecording(sim->recording(), spec);
+}
+
+absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
+                                            const std::string& job_id) {
+  StrategyOptions options;
+  options.seed = job.seed;
+  options.max_evaluations = job.max_evaluations;
+  options.settings = job.strategy_settings;
+  BuiltStrategy out;
+  out.resolved =
+      job.strategy == "auto" ? ResolveAutoStrategy(*job.space, job.max_evaluations) : job.strategy;
+  if (store != nullptr && job.warm_start) {
+    absl::StatusOr<WarmStart> warm = LoadWarmStart(*store, job, job_id);
+    if (!warm.ok()) return warm.status();
+    out.warm_jobs = warm->jobs;
+    out.warm_configurations = warm->prior.size();
+    options.prior = std::move(warm->prior);
+  }
+  absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(job.strategy, *job.space, options);
+  if (!s.ok()) return s.status();
+  out.strategy = *std::move(s);
+  return out;
+}
+
+}  // namespace ktune

@@ -1,0 +1,58 @@
+// What the command line and the daemon share to run a job: opening a device
+// by its locator, resolving a spec against it, and building the strategy
+// (warm-started from the store when the job asks).
+#ifndef KTUNE_SERVER_RUNNER_RUNNER_H_
+#define KTUNE_SERVER_RUNNER_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/job.pb.h"
+#include "tuner/device/device.h"
+#include "tuner/session/job.h"
+#include "tuner/space/config.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+
+struct OpenDeviceOptions {
+  std::string base_dir = ".";  // a relative sim:FILE starts here
+  double sim_speed = 0;        // see SimulatedDevice::set_speed
+  int compile_workers = 0;     // GPU: NVRTC worker processes; 0: one per core
+  std::string worker_program;  // GPU: the binary that runs "__worker ..."
+};
+
+// Opens "sim:FILE" (a recorded space) or a GPU ("0", "cuda:0", a UUID).
+// INVALID_ARGUMENT for a malformed locator or an unreadable recording;
+// FAILED_PRECONDITION when there is no driver, no GPU or no CUDA support in
+// this build.
+absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
+                                                   const OpenDeviceOptions& options);
+
+// The job `spec` describes on `device`. Without a kernel in the spec (and on
+// a simulated device) the job is the recorded space, with the spec's
+// strategy, budget and measurement settings. INVALID_ARGUMENT names the
+// field.
+absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
+                                 Device& device);
+
+struct BuiltStrategy {
+  std::unique_ptr<Strategy> strategy;
+  std::string resolved;        // what "auto" became, or the name
+  std::int64_t warm_jobs = 0;  // earlier jobs the warm start read
+  std::size_t warm_configurations = 0;
+};
+
+// The job's strategy. With a store (and the job's warm start on), the
+// strategy starts from what other jobs of the same kernel learnt; job
+// `job_id` itself is left out. INVALID_ARGUMENT for an unknown strategy or
+// option (the message names it).
+absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
+                                            const std::string& job_id);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_RUNNER_RUNNER_H_
