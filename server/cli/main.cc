@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "ktune/v1/job.pb.h"
+#include "server/cli/common.h"
 #include "server/cli/flags.h"
 #include "server/cli/output.h"
 #include "server/runner/runner.h"
@@ -44,22 +45,7 @@
 namespace ktune::cli {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitError = 1;
-constexpr int kExitInvalidInput = 2;
-
 constexpr char kVersion[] = "0.1.0";
-
-// A failure with the exit code it deserves.
-struct Failure {
-  int code;
-  std::string message;
-};
-
-Failure InvalidInput(const absl::Status& s) {
-  return Failure{kExitInvalidInput, std::string(s.message())};
-}
-Failure Error(const absl::Status& s) { return Failure{kExitError, std::string(s.message())}; }
 
 // Set by SIGINT/SIGTERM: the running job stops after the candidate in
 // flight and is left resumable.
@@ -85,28 +71,42 @@ std::string DefaultDbPath() {
 const FlagSpec kDbFlag{"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"};
 const FlagSpec kJsonFlag{"json", "", "print one JSON object on stdout"};
 
+// A command's own flags, then those that reach a daemon, then --json.
+std::vector<FlagSpec> WithRemoteFlags(std::vector<FlagSpec> own) {
+  for (const FlagSpec* f : {&kServerFlag, &kTokenFileFlag, &kTlsCaFlag, &kTlsCertFlag, &kTlsKeyFlag,
+                            &kTimeoutFlag, &kJsonFlag}) {
+    own.push_back(*f);
+  }
+  return own;
+}
+
 const CommandSpec kTuneCommand{
-    "tune",
-    "ktune tune [SPEC.json] --local --device DEVICE [flags]",
+    "tune", "ktune tune [SPEC.json] (--local --device DEVICE | --server ADDR) [flags]",
     "Runs a tuning job on this machine and stores every measurement.\n"
     "DEVICE is a GPU (0, cuda:0 or a UUID; see ktune devices) or sim:FILE\n"
     "(replay a recorded Kernel Tuner cache or T4 file).\n"
     "Without SPEC.json and with a simulated device, the space is the recorded\n"
     "file's parameters and configurations. Running the same job again resumes\n"
-    "it: finished configurations are never measured twice.",
-    {{"local", "", "run here, without a daemon"},
-     {"device", "DEVICE", "where to run: 0, cuda:0, a GPU UUID, or sim:FILE"},
-     kDbFlag,
-     {"strategy", "NAME",
-      "search strategy: auto (default), bayes, genetic, local, annealing, random, brute_force"},
-     {"max-evals", "N", "stop after N evaluations"},
-     {"batch", "N", "configurations asked of the strategy at once (default 1)"},
-     {"no-warm-start", "", "ignore what the store knows about this kernel from other jobs"},
-     {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
-     {"seed", "N", "seed of the strategy (default 0)"},
-     {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
-     {"compile-workers", "N", "NVRTC worker processes (default: one per core)"},
-     kJsonFlag},
+    "it: finished configurations are never measured twice. With --server the job\n"
+    "goes to a ktuned daemon (the kernel source inline); --wait follows it.",
+    WithRemoteFlags(
+        {{"local", "", "run here, without a daemon"},
+         {"device", "DEVICE", "where to run: 0, cuda:0, a GPU UUID, or sim:FILE"},
+         kDbFlag,
+         {"strategy", "NAME",
+          "search strategy: auto (default), bayes, genetic, local, annealing, random, brute_force"},
+         {"max-evals", "N", "stop after N evaluations"},
+         {"batch", "N", "configurations asked of the strategy at once (default 1)"},
+         {"no-warm-start", "", "ignore what the store knows about this kernel from other jobs"},
+         {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
+         {"seed", "N", "seed of the strategy (default 0)"},
+         {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
+         {"compile-workers", "N", "NVRTC worker processes (default: one per core)"},
+         {"wait", "", "with --server: follow the job to its end and print the result"},
+         {"emit-header", "FILE", "write the best configuration as a C/C++ header (implies --wait)"},
+         {"header-style", "STYLE", "define (default: #define name value) or constexpr"},
+         {"emit-json", "FILE", "write the result as JSON (implies --wait)"},
+         {"priority", "N", "with --server: higher runs first among queued jobs (default 0)"}}),
     1};
 
 const CommandSpec kEvaluateCommand{
@@ -128,52 +128,66 @@ const CommandSpec kEvaluateCommand{
     0};
 
 const CommandSpec kDevicesCommand{
-    "devices",
-    "ktune devices [--json]",
-    "Lists this machine's CUDA GPUs: name, architecture, memory, driver.",
-    {kJsonFlag},
-    0};
+    "devices", "ktune devices [--server ADDR] [--json]",
+    "Lists this machine's CUDA GPUs (or a daemon's devices): name, architecture,\n"
+    "memory, driver.",
+    WithRemoteFlags({}), 0};
+
+const CommandSpec kWatchCommand{
+    "watch", "ktune --server ADDR watch JOB [--from-start] [--json]",
+    "Follows a daemon's job: each measurement, each new best, state changes, until it\n"
+    "ends (one JSON object per line with --json). Exit 0 when it succeeded.",
+    WithRemoteFlags({{"from-start", "", "first the measurements already made"}}), 1};
+
+const CommandSpec kCancelCommand{
+    "cancel", "ktune --server ADDR cancel JOB [--json]",
+    "Cancels a daemon's job: a queued job never runs, a running one stops after its\n"
+    "current candidate. What was measured stays in the store.",
+    WithRemoteFlags({}), 1};
 
 const CommandSpec kBestCommand{
-    "best",
-    "ktune best --kernel NAME [--device NAME] [--problem name=value,...] [flags]",
+    "best", "ktune best --kernel NAME [--device NAME] [--problem name=value,...] [flags]",
     "Prints the best stored configuration of a kernel, per device and problem.",
-    {kDbFlag,
-     {"kernel", "NAME", "kernel name (required)"},
-     {"device", "NAME", "only this device (name, id or uuid)"},
-     {"problem", "DIMS", "only this problem, e.g. M=4096,N=4096"},
-     {"objective", "ID", "only this objective (default: all)"},
-     kJsonFlag},
+    WithRemoteFlags(
+        {kDbFlag,
+         {"kernel", "NAME", "kernel name (required)"},
+         {"device", "NAME", "only this device (name, id or uuid)"},
+         {"problem", "DIMS", "only this problem, e.g. M=4096,N=4096"},
+         {"objective", "ID", "only this objective (default: all)"},
+         {"exact", "", "no fallback to the nearest problem or another device of the architecture"},
+         {"source-hash", "HEX",
+          "with --server: the kernel source's SHA-256, to be told if it differs"},
+         {"emit-header", "FILE", "with --server: write the answer as a C/C++ header"},
+         {"header-style", "STYLE", "define (default) or constexpr"},
+         {"emit-json", "FILE", "with --server: write the answer as JSON"}}),
     0};
 
-const CommandSpec kJobsCommand{"jobs",
-                               "ktune jobs [--db PATH] [--json]",
-                               "Lists the stored jobs, newest first.",
-                               {kDbFlag, kJsonFlag},
+const CommandSpec kJobsCommand{"jobs", "ktune jobs [--db PATH | --server ADDR] [--json]",
+                               "Lists the stored jobs, newest first.", WithRemoteFlags({kDbFlag}),
                                0};
 
 const CommandSpec kShowCommand{
-    "show",
-    "ktune show JOB [--db PATH] [--json]",
+    "show", "ktune show JOB [--db PATH] [--json]",
     "Shows a job and its measurements in evaluation order (JOB may be a\n"
     "unique prefix of the id).",
-    {kDbFlag, kJsonFlag},
-    1};
+    WithRemoteFlags({kDbFlag}), 1};
 
 std::string MainHelp() {
   return StrCat("ktune ", kVersion,
                 ": online auto-tuning of GPU kernels\n\n"
-                "Usage: ktune COMMAND [ARGS]\n\n"
+                "Usage: ktune [--server ADDR] COMMAND [ARGS]\n\n"
                 "Commands:\n"
-                "  tune      run a tuning job (--local)\n"
+                "  tune      run a tuning job (--local here, or on a daemon with --server)\n"
                 "  best      print the best stored configuration of a kernel\n"
                 "  jobs      list stored jobs\n"
                 "  show      show one job and its measurements\n"
-                "  devices   list this machine's GPUs\n"
-                "  evaluate  score search strategies on recorded spaces\n"
-                "  devices   list this machine's GPUs\n"
+                "  watch     follow a daemon's job (--server)\n"
+                "  cancel    cancel a daemon's job (--server)\n"
+                "  devices   list this machine's GPUs (or a daemon's devices)\n"
                 "  evaluate  score search strategies on recorded spaces\n"
                 "  version   print the version\n\n"
+                "With --server ADDR the commands talk to a ktuned daemon instead of the\n"
+                "local store (--token-file, --tls-ca for a secured daemon).\n\n"
                 "Run 'ktune COMMAND --help' for a command's flags.\n");
 }
 
@@ -251,17 +265,16 @@ class ProgressLine {
 
 WorkerProgram SelfProgram() { return WorkerProgram{SelfExecutable()}; }
 
-std::string DirOf(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   if (!args.Has("local")) {
     return Failure{kExitInvalidInput,
-                   "ktune tune: give --local to run here (remote tuning through "
-                   "a daemon is not available in this version)"};
+                   "ktune tune: give --local to run here, or --server ADDR to send the job to a "
+                   "ktuned daemon"};
+  }
+  for (const char* remote_only : {"wait", "priority"}) {
+    if (args.Has(remote_only)) {
+      return Failure{kExitInvalidInput, StrCat("--", remote_only, ": only with --server")};
+    }
   }
   // 1. The job spec, if any, with the command line's overrides.
   v1::JobSpec spec;
@@ -274,27 +287,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
     spec = *std::move(loaded);
     base_dir = DirOf(path);
   }
-  v1::StrategySpec& strategy = *spec.mutable_strategy();
-  if (auto s = args.Get("strategy")) strategy.set_name(*s);
-  absl::StatusOr<std::optional<std::int64_t>> max_evals = args.GetInt("max-evals", 0, INT64_MAX);
-  if (!max_evals.ok()) return InvalidInput(max_evals.status());
-  if (*max_evals) strategy.set_max_evaluations(**max_evals);
-  absl::StatusOr<std::optional<double>> max_seconds = args.GetDouble("max-seconds", 0);
-  if (!max_seconds.ok()) return InvalidInput(max_seconds.status());
-  if (*max_seconds) {
-    if (**max_seconds > 3.15e9) return Failure{kExitInvalidInput, "--max-seconds: too large"};
-    const double s = **max_seconds;
-    strategy.mutable_max_time()->set_seconds(static_cast<std::int64_t>(s));
-    strategy.mutable_max_time()->set_nanos(
-        static_cast<std::int32_t>(std::round((s - std::floor(s)) * 1e9)) % 1000000000);
-  }
-  absl::StatusOr<std::optional<std::uint64_t>> seed = args.GetUint("seed");
-  if (!seed.ok()) return InvalidInput(seed.status());
-  if (*seed) strategy.set_seed(**seed);
-  absl::StatusOr<std::optional<std::int64_t>> batch = args.GetInt("batch", 1, 4096);
-  if (!batch.ok()) return InvalidInput(batch.status());
-  if (*batch) strategy.set_batch_size(static_cast<std::int32_t>(**batch));
-  if (args.Has("no-warm-start")) strategy.set_warm_start(false);
+  if (auto f = ApplyTuneFlags(args, spec)) return f;
 
   // 2. The device.
   std::string device_arg;
@@ -398,92 +391,30 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   if (!result.ok()) return Error(result.status());
 
   const Progress& p = result->progress;
-  std::string counts;
-  for (int i = 0; i < kNumCandidateStatuses; ++i) {
-    if (p.status_counts[static_cast<std::size_t>(i)] == 0) continue;
-    if (!counts.empty()) counts += ", ";
-    counts += StrCat(CandidateStatusName(static_cast<CandidateStatus>(i)), " ",
-                     p.status_counts[static_cast<std::size_t>(i)]);
-  }
   std::fprintf(stderr, "ktune: %s after %lld evaluations (%lld from the store%s)%s\n",
                result->end_reason.c_str(), static_cast<long long>(p.evaluations),
                static_cast<long long>(p.replayed), result->resumed ? ", resumed" : "",
                result->end_reason == "interrupted" ? "; run the same command again to resume" : "");
-
-  if (args.Has("json")) {
-    Json out = Json::MakeObject();
-    out.Set("job_id", result->job.id);
-    out.Set("kernel", job->kernel_name);
-    out.Set("device", device->info().name);
-    out.Set("strategy", resolved);
-    out.Set("evaluations", p.evaluations);
-    if (result->best) {
-      Json best = Json::MakeObject();
-      best.Set("key", result->best->key);
-      best.Set("config", ConfigJson(result->best->config_json));
-      best.Set("time_ms", result->best->measurement.time.count());
-      if (job->objective.id() != "time") {
-        best.Set("objective", result->best->objective ? Json(*result->best->objective) : Json());
-      }
-      out.Set("best", std::move(best));
-    } else {
-      out.Set("best", Json());
-    }
-    Json sc = Json::MakeObject();
-    for (int i = 0; i < kNumCandidateStatuses; ++i) {
-      if (p.status_counts[static_cast<std::size_t>(i)] > 0) {
-        sc.Set(CandidateStatusName(static_cast<CandidateStatus>(i)),
-               p.status_counts[static_cast<std::size_t>(i)]);
-      }
-    }
-    out.Set("status_counts", std::move(sc));
-    out.Set("state", JobStateName(result->job.state));
-    out.Set("end_reason", result->end_reason);
-    std::cout << out.Dump() << "\n";
-  } else {
-    std::cout << "job       " << result->job.id << "\n"
-              << "kernel    " << job->kernel_name << "\n"
-              << "device    " << device->info().name
-              << (device->info().simulated ? " (replayed)" : "") << "\n"
-              << "strategy  " << resolved << "\n"
-              << "evaluated " << p.evaluations << " (" << counts << ")\n";
-    if (result->best) {
-      std::cout << "best      " << result->best->key << "  "
-                << FormatMs(result->best->measurement.time.count());
-      if (job->objective.id() != "time" && result->best->objective) {
-        std::cout << "  " << job->objective.name() << " = " << *result->best->objective;
-      }
-      std::cout << "\n          " << result->best->config_json << "\n";
-    } else {
-      std::cout << "best      none (no configuration succeeded)\n";
-    }
-  }
+  TuneSummary summary;
+  summary.job_id = result->job.id;
+  summary.kernel = job->kernel_name;
+  summary.device = device->info();
+  summary.problem = job->problem;
+  summary.strategy = resolved;
+  summary.evaluations = p.evaluations;
+  summary.status_counts = p.status_counts;
+  summary.best = result->best;
+  summary.objective_id = job->objective.id();
+  summary.objective_name = job->objective.name();
+  summary.state = result->job.state;
+  summary.end_reason = result->end_reason;
+  PrintTuneSummary(summary, args.Has("json"));
+  if (auto f = EmitResults(args, summary)) return f;
   *exit_code = result->end_reason == "interrupted" ? kExitError : kExitOk;
   return std::nullopt;
 }
 
 // ---------------------------------------------------------------- best
-
-absl::StatusOr<Problem> ParseProblem(const std::string& text) {
-  Problem p;
-  for (const std::string& part : StrSplit(text, ',')) {
-    const std::size_t eq = part.find('=');
-    if (eq == std::string::npos) {
-      return absl::InvalidArgumentError(StrCat("--problem: '", part, "' is not name=value"));
-    }
-    const std::string name(StripSpace(part.substr(0, eq)));
-    const std::string value(StripSpace(part.substr(eq + 1)));
-    std::int64_t v = 0;
-    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-    if (name.empty() || ec != std::errc() || ptr != value.data() + value.size()) {
-      return absl::InvalidArgumentError(StrCat("--problem: '", part, "': expected name=integer"));
-    }
-    if (!p.emplace(name, v).second) {
-      return absl::InvalidArgumentError(StrCat("--problem: '", name, "' given twice"));
-    }
-  }
-  return p;
-}
 
 std::optional<Failure> RunBest(const Args& args, int* exit_code) {
   std::optional<std::string> kernel = args.Get("kernel");
@@ -501,28 +432,33 @@ std::optional<Failure> RunBest(const Args& args, int* exit_code) {
   absl::StatusOr<std::vector<BestRecord>> found =
       store->FindBest(*kernel, args.Get("device"), problem, args.Get("objective"));
   if (!found.ok()) return Error(found.status());
+  if (found->empty() && !args.Has("exact") && (args.Has("device") || problem)) {
+    // Nothing for exactly this device and problem: the fallback chain.
+    BestQuery q;
+    q.kernel = *kernel;
+    q.device = args.Get("device").value_or("");
+    if (problem) q.problem = *problem;
+    q.objective = args.Get("objective").value_or("");
+    absl::StatusOr<BestMatch> match = store->FindBestMatch(q);
+    if (!match.ok()) {
+      if (match.status().code() == absl::StatusCode::kNotFound) {
+        return Failure{kExitError, std::string(match.status().message())};
+      }
+      return Error(match.status());
+    }
+    const std::vector<BestMatchNote> notes = {
+        {BestMatchKindName(match->kind), match->source_differs, match->distance}};
+    PrintBest(*kernel, {match->best}, &notes, args.Has("json"));
+    *exit_code = kExitOk;
+    return std::nullopt;
+  }
   if (found->empty()) {
     std::string what = StrCat("kernel ", *kernel);
     if (auto d = args.Get("device")) what += StrCat(" on ", *d);
     if (auto p = args.Get("problem")) what += StrCat(" for ", *p);
     return Failure{kExitError, StrCat("no stored best configuration for ", what)};
   }
-  if (args.Has("json")) {
-    Json out = Json::MakeObject();
-    out.Set("kernel", *kernel);
-    Json results = Json::MakeArray();
-    for (const BestRecord& b : *found) results.Push(BestToJson(b));
-    out.Set("results", std::move(results));
-    std::cout << out.Dump() << "\n";
-  } else {
-    for (const BestRecord& b : *found) {
-      std::cout << b.kernel_name << " on " << b.device.name
-                << (b.device.simulated ? " (replayed)" : "") << ", problem "
-                << ProblemToJson(b.problem) << ", objective " << b.objective << "\n"
-                << "  best " << b.key << "  " << FormatMs(b.time_ms) << "  (job " << b.job_id
-                << ")\n  " << b.config_json << "\n";
-    }
-  }
+  PrintBest(*kernel, *found, nullptr, args.Has("json"));
   *exit_code = kExitOk;
   return std::nullopt;
 }
@@ -534,21 +470,7 @@ std::optional<Failure> RunJobs(const Args& args, int* exit_code) {
   if (auto f = OpenExistingStore(args, store)) return f;
   absl::StatusOr<std::vector<JobRecord>> jobs = store->ListJobs();
   if (!jobs.ok()) return Error(jobs.status());
-  if (args.Has("json")) {
-    Json out = Json::MakeObject();
-    Json list = Json::MakeArray();
-    for (const JobRecord& j : *jobs) list.Push(JobToJson(j));
-    out.Set("jobs", std::move(list));
-    std::cout << out.Dump() << "\n";
-  } else {
-    std::printf("%-16s  %-12s  %-12s  %-24s  %-12s  %s\n", "JOB", "STATE", "EVALUATIONS", "KERNEL",
-                "STRATEGY", "DEVICE");
-    for (const JobRecord& j : *jobs) {
-      std::printf("%-16s  %-12s  %-12lld  %-24s  %-12s  %s\n", j.id.c_str(), JobStateName(j.state),
-                  static_cast<long long>(j.evaluations), j.kernel_name.c_str(), j.strategy.c_str(),
-                  j.device.name.c_str());
-    }
-  }
+  PrintJobs(*jobs, args.Has("json"));
   *exit_code = kExitOk;
   return std::nullopt;
 }
@@ -569,28 +491,7 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   }
   absl::StatusOr<std::vector<StoredMeasurement>> ms = store->LoadMeasurements(job->id);
   if (!ms.ok()) return Error(ms.status());
-  if (args.Has("json")) {
-    Json out = Json::MakeObject();
-    out.Set("job", JobToJson(*job));
-    Json list = Json::MakeArray();
-    for (const StoredMeasurement& m : *ms) list.Push(MeasurementToJson(m));
-    out.Set("measurements", std::move(list));
-    std::cout << out.Dump() << "\n";
-  } else {
-    std::cout << "job       " << job->id << " (" << JobStateName(job->state)
-              << (job->message.empty() ? "" : ": " + job->message) << ")\n"
-              << "kernel    " << job->kernel_name << "\n"
-              << "device    " << job->device.name << " [" << job->device.id << "]\n"
-              << "problem   " << ProblemToJson(job->problem) << "\n"
-              << "strategy  " << job->strategy << ", seed " << job->seed << "\n"
-              << "evaluated " << job->evaluations << "\n\n";
-    std::printf("%6s  %-32s  %-22s  %s\n", "SEQ", "KEY", "STATUS", "TIME");
-    for (const StoredMeasurement& m : *ms) {
-      std::printf("%6lld  %-32s  %-22s  %s\n", static_cast<long long>(m.sequence), m.key.c_str(),
-                  CandidateStatusName(m.measurement.status),
-                  m.measurement.ok() ? FormatMs(m.measurement.time.count()).c_str() : "-");
-    }
-  }
+  PrintShow(*job, *ms, args.Has("json"));
   *exit_code = kExitOk;
   return std::nullopt;
 }
@@ -803,15 +704,7 @@ std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
 int Main(int argc, char** argv) {
   std::vector<std::string> all(argv + 1, argv + argc);
   // Worker processes are this same program (see tuner/ipc).
-  if (!all.empty() && all[0] == "__worker") {
-#ifdef KTUNE_HAVE_CUDA
-    const std::vector<std::string> rest(all.begin() + 2, all.end());
-    if (all.size() >= 2 && all[1] == "compile") return RunCompileWorker(rest);
-    if (all.size() >= 2 && all[1] == "measure") return RunMeasureWorker(rest);
-#endif
-    std::cerr << "ktune: unknown worker\n";
-    return kExitError;
-  }
+  if (std::optional<int> code = RunIfWorker(all, "ktune")) return *code;
   if (all.empty() || all[0] == "help" || all[0] == "--help" || all[0] == "-h") {
     std::cout << MainHelp();
     return all.empty() ? kExitInvalidInput : kExitOk;
@@ -820,8 +713,29 @@ int Main(int argc, char** argv) {
     std::cout << "ktune " << kVersion << "\n";
     return kExitOk;
   }
+  // Connection flags may come before the command: ktune --server ADDR tune ...
+  std::vector<std::string> global;
+  while (!all.empty() && all[0].rfind("--", 0) == 0) {
+    const std::string flag = all[0].substr(
+        2, all[0].find('=') == std::string::npos ? std::string::npos : all[0].find('=') - 2);
+    const bool known = flag == "server" || flag == "token-file" || flag == "tls-ca" ||
+                       flag == "tls-cert" || flag == "tls-key" || flag == "timeout";
+    if (!known) break;
+    global.push_back(all[0]);
+    all.erase(all.begin());
+    if (global.back().find('=') == std::string::npos && !all.empty()) {
+      global.push_back(all[0]);
+      all.erase(all.begin());
+    }
+  }
+  if (all.empty()) {
+    std::cerr << "ktune: no command after " << (global.empty() ? "" : global[0]) << "\n\n"
+              << MainHelp();
+    return kExitInvalidInput;
+  }
   const std::string command = all[0];
-  const std::vector<std::string> rest(all.begin() + 1, all.end());
+  std::vector<std::string> rest(all.begin() + 1, all.end());
+  rest.insert(rest.end(), global.begin(), global.end());
   const CommandSpec* spec = nullptr;
   std::optional<Failure> (*run)(const Args&, int*) = nullptr;
   if (command == "tune") {
@@ -842,6 +756,10 @@ int Main(int argc, char** argv) {
   } else if (command == "evaluate") {
     spec = &kEvaluateCommand;
     run = RunEvaluate;
+  } else if (command == "watch") {
+    spec = &kWatchCommand;
+  } else if (command == "cancel") {
+    spec = &kCancelCommand;
   } else {
     std::cerr << "ktune: unknown command '" << command << "'\n\n" << MainHelp();
     return kExitInvalidInput;
@@ -856,6 +774,27 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   int exit_code = kExitOk;
+  if (args->Has("server") && args->Has("local")) {
+    std::cerr << "ktune " << command << ": --local and --server exclude each other\n";
+    return kExitInvalidInput;
+  }
+  if (args->Has("server")) {
+    if (std::optional<Failure> f = RunRemote(command, *args, &exit_code)) {
+      std::cerr << "ktune " << command << ": error: " << f->message << "\n";
+      return f->code;
+    }
+    return exit_code;
+  }
+  if (run == nullptr) {
+    std::cerr << "ktune " << command << ": needs --server ADDR (a ktuned daemon)\n";
+    return kExitInvalidInput;
+  }
+  for (const char* flag : {"token-file", "tls-ca", "tls-cert", "tls-key", "timeout"}) {
+    if (args->Has(flag)) {
+      std::cerr << "ktune " << command << ": --" << flag << " only with --server\n";
+      return kExitInvalidInput;
+    }
+  }
   if (std::optional<Failure> f = run(*args, &exit_code)) {
     std::cerr << "ktune " << command << ": error: " << f->message << "\n";
     return f->code;

@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <iostream>
+
+#include "tuner/base/strings.h"
 
 namespace ktune::cli {
 
@@ -104,6 +107,144 @@ std::string FormatMs(double ms) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.4g ms", ms);
   return buf;
+}
+
+Json TuneSummaryJson(const TuneSummary& s) {
+  Json out = Json::MakeObject();
+  out.Set("job_id", s.job_id);
+  out.Set("kernel", s.kernel);
+  out.Set("device", s.device.name);
+  out.Set("strategy", s.strategy);
+  out.Set("evaluations", s.evaluations);
+  if (s.best) {
+    Json best = Json::MakeObject();
+    best.Set("key", s.best->key);
+    best.Set("config", ConfigJson(s.best->config_json));
+    best.Set("time_ms", s.best->measurement.time.count());
+    if (s.objective_id != "time") {
+      best.Set("objective", s.best->objective ? Json(*s.best->objective) : Json());
+    }
+    out.Set("best", std::move(best));
+  } else {
+    out.Set("best", Json());
+  }
+  Json sc = Json::MakeObject();
+  for (int i = 0; i < kNumCandidateStatuses; ++i) {
+    if (s.status_counts[static_cast<std::size_t>(i)] > 0) {
+      sc.Set(CandidateStatusName(static_cast<CandidateStatus>(i)),
+             s.status_counts[static_cast<std::size_t>(i)]);
+    }
+  }
+  out.Set("status_counts", std::move(sc));
+  out.Set("state", JobStateName(s.state));
+  out.Set("end_reason", s.end_reason);
+  return out;
+}
+
+void PrintTuneSummary(const TuneSummary& s, bool json) {
+  if (json) {
+    std::cout << TuneSummaryJson(s).Dump() << "\n";
+    return;
+  }
+  std::string counts;
+  for (int i = 0; i < kNumCandidateStatuses; ++i) {
+    if (s.status_counts[static_cast<std::size_t>(i)] == 0) continue;
+    if (!counts.empty()) counts += ", ";
+    counts += StrCat(CandidateStatusName(static_cast<CandidateStatus>(i)), " ",
+                     s.status_counts[static_cast<std::size_t>(i)]);
+  }
+  std::cout << "job       " << s.job_id << "\n"
+            << "kernel    " << s.kernel << "\n"
+            << "device    " << s.device.name << (s.device.simulated ? " (replayed)" : "") << "\n"
+            << "strategy  " << s.strategy << "\n"
+            << "evaluated " << s.evaluations << " (" << counts << ")\n";
+  if (s.best) {
+    std::cout << "best      " << s.best->key << "  " << FormatMs(s.best->measurement.time.count());
+    if (s.objective_id != "time" && s.best->objective) {
+      std::cout << "  " << s.objective_name << " = " << *s.best->objective;
+    }
+    std::cout << "\n          " << s.best->config_json << "\n";
+  } else {
+    std::cout << "best      none (no configuration succeeded)\n";
+  }
+}
+
+void PrintJobs(const std::vector<JobRecord>& jobs, bool json) {
+  if (json) {
+    Json out = Json::MakeObject();
+    Json list = Json::MakeArray();
+    for (const JobRecord& j : jobs) list.Push(JobToJson(j));
+    out.Set("jobs", std::move(list));
+    std::cout << out.Dump() << "\n";
+    return;
+  }
+  std::printf("%-16s  %-12s  %-12s  %-24s  %-12s  %s\n", "JOB", "STATE", "EVALUATIONS", "KERNEL",
+              "STRATEGY", "DEVICE");
+  for (const JobRecord& j : jobs) {
+    std::printf("%-16s  %-12s  %-12lld  %-24s  %-12s  %s\n", j.id.c_str(), JobStateName(j.state),
+                static_cast<long long>(j.evaluations), j.kernel_name.c_str(), j.strategy.c_str(),
+                j.device.name.c_str());
+  }
+}
+
+void PrintShow(const JobRecord& job, const std::vector<StoredMeasurement>& ms, bool json) {
+  if (json) {
+    Json out = Json::MakeObject();
+    out.Set("job", JobToJson(job));
+    Json list = Json::MakeArray();
+    for (const StoredMeasurement& m : ms) list.Push(MeasurementToJson(m));
+    out.Set("measurements", std::move(list));
+    std::cout << out.Dump() << "\n";
+    return;
+  }
+  std::cout << "job       " << job.id << " (" << JobStateName(job.state)
+            << (job.message.empty() ? "" : ": " + job.message) << ")\n"
+            << "kernel    " << job.kernel_name << "\n"
+            << "device    " << job.device.name << " [" << job.device.id << "]\n"
+            << "problem   " << ProblemToJson(job.problem) << "\n"
+            << "strategy  " << job.strategy << ", seed " << job.seed << "\n"
+            << "evaluated " << job.evaluations << "\n\n";
+  std::printf("%6s  %-32s  %-22s  %s\n", "SEQ", "KEY", "STATUS", "TIME");
+  for (const StoredMeasurement& m : ms) {
+    std::printf("%6lld  %-32s  %-22s  %s\n", static_cast<long long>(m.sequence), m.key.c_str(),
+                CandidateStatusName(m.measurement.status),
+                m.measurement.ok() ? FormatMs(m.measurement.time.count()).c_str() : "-");
+  }
+}
+
+void PrintBest(const std::string& kernel, const std::vector<BestRecord>& found,
+               const std::vector<BestMatchNote>* matches, bool json) {
+  if (json) {
+    Json out = Json::MakeObject();
+    out.Set("kernel", kernel);
+    Json results = Json::MakeArray();
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      Json b = BestToJson(found[i]);
+      if (matches != nullptr && i < matches->size()) {
+        b.Set("match", (*matches)[i].match);
+        b.Set("source_differs", (*matches)[i].source_differs);
+        if ((*matches)[i].distance > 0) b.Set("problem_distance", (*matches)[i].distance);
+      }
+      results.Push(std::move(b));
+    }
+    out.Set("results", std::move(results));
+    std::cout << out.Dump() << "\n";
+    return;
+  }
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    const BestRecord& b = found[i];
+    std::cout << b.kernel_name << " on " << b.device.name
+              << (b.device.simulated ? " (replayed)" : "") << ", problem "
+              << ProblemToJson(b.problem) << ", objective " << b.objective << "\n";
+    if (matches != nullptr && i < matches->size() && (*matches)[i].match != "exact") {
+      std::cout << "  found by fallback: " << (*matches)[i].match << "\n";
+    }
+    if (matches != nullptr && i < matches->size() && (*matches)[i].source_differs) {
+      std::cout << "  note: the stored kernel source differs from the one asked about\n";
+    }
+    std::cout << "  best " << b.key << "  " << FormatMs(b.time_ms) << "  (job " << b.job_id
+              << ")\n  " << b.config_json << "\n";
+  }
 }
 
 }  // namespace ktune::cli

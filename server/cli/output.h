@@ -2,6 +2,10 @@
 #ifndef KTUNE_SERVER_CLI_OUTPUT_H_
 #define KTUNE_SERVER_CLI_OUTPUT_H_
 
+#include <array>
+#include <optional>
+#include <vector>
+
 #include <string>
 
 #include "tuner/base/json.h"
@@ -23,6 +27,36 @@ Json ConfigJson(const std::string& config_json);
 
 // "1.234 ms" with four significant digits, or "-" for NaN.
 std::string FormatMs(double ms);
+
+// What `ktune tune` reports at the end of a run, local or remote.
+struct TuneSummary {
+  std::string job_id;
+  std::string kernel;
+  DeviceInfo device;
+  Problem problem;
+  std::string strategy;  // as resolved ("bayes" for "auto") when known
+  std::int64_t evaluations = 0;
+  std::array<std::int64_t, kNumCandidateStatuses> status_counts{};
+  std::optional<StoredMeasurement> best;
+  std::string objective_id = "time";
+  std::string objective_name = "time_ms";
+  JobState state = JobState::kSucceeded;
+  std::string end_reason;
+};
+
+Json TuneSummaryJson(const TuneSummary& s);
+// On stdout: one JSON object, or lines for people.
+void PrintTuneSummary(const TuneSummary& s, bool json);
+void PrintJobs(const std::vector<JobRecord>& jobs, bool json);
+void PrintShow(const JobRecord& job, const std::vector<StoredMeasurement>& measurements, bool json);
+// `matches`, when given, says per record how a fallback lookup found it.
+struct BestMatchNote {
+  std::string match;  // "exact", "nearest_problem", "same_architecture"
+  bool source_differs = false;
+  double distance = 0;
+};
+void PrintBest(const std::string& kernel, const std::vector<BestRecord>& found,
+               const std::vector<BestMatchNote>* matches, bool json);
 
 }  // namespace ktune::cli
 

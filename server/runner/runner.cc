@@ -1,5 +1,6 @@
 #include "server/runner/runner.h"
 
+#include <iostream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -10,6 +11,7 @@
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/compile/compile_pool.h"
 #include "tuner/device/cuda_device.h"
+#include "tuner/measure/measure_worker.h"
 #endif
 
 namespace ktune {
@@ -77,6 +79,18 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
   if (!s.ok()) return s.status();
   out.strategy = *std::move(s);
   return out;
+}
+
+std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program) {
+  if (args.empty() || args[0] != "__worker") return std::nullopt;
+#ifdef KTUNE_HAVE_CUDA
+  const std::vector<std::string> rest(args.begin() + std::min<std::size_t>(2, args.size()),
+                                      args.end());
+  if (args.size() >= 2 && args[1] == "compile") return RunCompileWorker(rest);
+  if (args.size() >= 2 && args[1] == "measure") return RunMeasureWorker(rest);
+#endif
+  std::cerr << program << ": unknown worker\n";
+  return 1;
 }
 
 }  // namespace ktune

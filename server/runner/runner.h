@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,11 @@ struct BuiltStrategy {
 // option (the message names it).
 absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
                                             const std::string& job_id);
+
+// ktune and ktuned are their own worker programs: for "__worker compile"
+// and "__worker measure" (argv after the program name) this runs the worker
+// and returns its exit code; nullopt for any other command line.
+std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program);
 
 }  // namespace ktune
 

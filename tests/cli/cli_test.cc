@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/json.h"
 #include "tuner/base/sha256.h"
@@ -38,10 +39,7 @@ std::string Cli() {
   return p != nullptr ? p : KTUNE_CLI_PATH;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
+using testing::Slurp;
 
 struct RunResult {
   int code = -1;
@@ -52,29 +50,12 @@ struct RunResult {
 class CliTest : public ::testing::Test {
  protected:
   pid_t Start(const std::vector<std::string>& args) {
-    const std::string out = dir_ + "/stdout", err = dir_ + "/stderr";
-    const pid_t pid = fork();
-    if (pid == 0) {
-      const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(o, 1);
-      dup2(e, 2);
-      const std::string cli = Cli();
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(cli.c_str()));
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(cli.c_str(), argv.data());
-      _exit(127);
-    }
-    return pid;
+    return testing::Spawn(Cli(), args, dir_ + "/stdout", dir_ + "/stderr");
   }
 
   RunResult Finish(pid_t pid) {
-    int status = 0;
-    waitpid(pid, &status, 0);
     RunResult r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.code = testing::WaitExit(pid);
     r.out = Slurp(dir_ + "/stdout");
     r.err = Slurp(dir_ + "/stderr");
     return r;
@@ -129,10 +110,20 @@ TEST_F(CliTest, BruteForceReportsTheRecordedOptimum) {
       RunJson({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--device",
                "NVIDIA GeForce RTX 2080 Ti", "--problem", "problem_size_x=20000000", "--json"});
   EXPECT_EQ(filtered.Find("results")->as_array().size(), 1u);
-  const RunResult none =
-      Run({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--problem", "problem_size_x=5"});
+  const RunResult none = Run(
+      {"best", "--db", Db(), "--kernel", "cn_pnpoly", "--problem", "problem_size_x=5", "--exact"});
   EXPECT_EQ(none.code, 1);
   EXPECT_THAT(none.err, HasSubstr("no stored best configuration for kernel cn_pnpoly"));
+  // Without --exact, the nearest problem answers, and says so.
+  const Json nearest = RunJson(
+      {"best", "--db", Db(), "--kernel", "cn_pnpoly", "--problem", "problem_size_x=5", "--json"});
+  ASSERT_EQ(nearest.Find("results")->as_array().size(), 1u);
+  EXPECT_EQ(nearest.Find("results")->as_array()[0].Find("match")->as_string(), "nearest_problem");
+  EXPECT_EQ(nearest.Find("results")->as_array()[0].Find("key")->as_string(), "0,128,20,2");
+  const RunResult other = Run({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--problem",
+                               "size=5"});  // other dimensions: nothing is near
+  EXPECT_EQ(other.code, 1);
+  EXPECT_THAT(other.err, HasSubstr("no stored best configuration for kernel cn_pnpoly"));
   const Json jobs = RunJson({"jobs", "--db", Db(), "--json"});
   EXPECT_EQ(jobs.Find("jobs")->as_array().size(), 3u);
 }

@@ -33,6 +33,8 @@ class SimulatedDevice final : public Device {
   absl::StatusOr<Measurement> Evaluate(const Config& config) override;
 
   const RecordedSpace& recording() const { return *recording_; }
+  // The recording, to share with further devices replaying it.
+  const std::shared_ptr<const RecordedSpace>& shared_recording() const { return recording_; }
 
   // Replays in real time, `speed` times faster than the recording took:
   // each Evaluate sleeps for the recorded cost / speed. 0 (the default)

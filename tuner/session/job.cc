@@ -414,6 +414,17 @@ JobBinding BindingFor(const Job& job) {
   return b;
 }
 
+std::string DeterministicBytes(const google::protobuf::MessageLite& message) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    message.SerializeToCodedStream(&coded);
+  }
+  return bytes;
+}
+
 std::string ComputeJobId(const Job& job, const DeviceInfo& device) {
   // The source enters through its hash and the device through its
   // identity, so a moved kernel file or a renamed recording keeps the id.
@@ -421,13 +432,7 @@ std::string ComputeJobId(const Job& job, const DeviceInfo& device) {
   spec.mutable_kernel()->clear_code();
   spec.mutable_kernel()->clear_file();
   spec.clear_device();
-  std::string bytes;
-  {
-    google::protobuf::io::StringOutputStream stream(&bytes);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.SetSerializationDeterministic(true);
-    spec.SerializeToCodedStream(&coded);
-  }
+  const std::string bytes = DeterministicBytes(spec);
   Sha256 h;
   h.Update("ktune job v1");
   h.Update(std::string_view("\0", 1));

@@ -98,6 +98,10 @@ absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::Jo
 // What the device needs to know about `job` (which must outlive it).
 JobBinding BindingFor(const Job& job);
 
+// `message` serialised deterministically (map entries sorted): equal
+// messages give equal bytes, for identities, hashes and cache keys.
+std::string DeterministicBytes(const google::protobuf::MessageLite& message);
+
 // The job's identity: derived from the kernel (name and source), the whole
 // spec (strategy, seed and budget included), the device and the problem.
 // The same job run again has the same id and resumes.

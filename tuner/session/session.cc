@@ -1,8 +1,5 @@
 #include "tuner/session/session.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
-
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -18,22 +15,28 @@
 namespace ktune {
 namespace {
 
-std::string SerializeSpec(const v1::JobSpec& spec) {
-  std::string bytes;
-  google::protobuf::io::StringOutputStream stream(&bytes);
-  google::protobuf::io::CodedOutputStream coded(&stream);
-  coded.SetSerializationDeterministic(true);
-  spec.SerializeToCodedStream(&coded);
-  coded.Trim();
-  return bytes;
-}
 
 constexpr int kDefaultFinalContenders = 3;
 
 }  // namespace
 
-Session::Session(const Job& job, Device& device, Strategy& strategy,
-                 std::string resolved_strategy)
+JobRecord MakeJobRecord(const Job& job, const DeviceInfo& device) {
+  JobRecord rec;
+  rec.id = ComputeJobId(job, device);
+  rec.kernel_name = job.kernel_name;
+  rec.source_hash = job.source_hash;
+  for (const Parameter& p : job.space->params()) rec.parameters.push_back(p.name);
+  rec.device = device;
+  rec.problem = job.problem;
+  rec.spec = DeterministicBytes(job.spec);
+  rec.spec_json = JobSpecToJson(job.spec);
+  rec.strategy = job.strategy;
+  rec.seed = job.seed;
+  rec.objective = job.objective.id();
+  return rec;
+}
+
+Session::Session(const Job& job, Device& device, Strategy& strategy, std::string resolved_strategy)
     : job_(job),
       device_(device),
       strategy_(&strategy),
@@ -51,24 +54,12 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
   const Space& space = *job_.space;
   KTUNE_RETURN_IF_ERROR(Prepare());
 
-  JobRecord rec;
-  rec.id = job_id_;
-  rec.kernel_name = job_.kernel_name;
-  rec.source_hash = job_.source_hash;
-  for (const Parameter& p : space.params()) rec.parameters.push_back(p.name);
-  rec.device = device_.info();
-  rec.problem = job_.problem;
-  rec.spec = SerializeSpec(job_.spec);
-  rec.spec_json = JobSpecToJson(job_.spec);
-  rec.strategy = job_.strategy;
-  rec.seed = job_.seed;
-  rec.objective = job_.objective.id();
+  const JobRecord rec = MakeJobRecord(job_, device_.info());
   SessionResult result;
   result.resolved_strategy = resolved_strategy_;
   KTUNE_RETURN_IF_ERROR(store.StartJob(rec, &result.resumed).status());
 
-  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous,
-                         store.LoadMeasurements(job_id_));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous, store.LoadMeasurements(job_id_));
   std::unordered_map<std::string, StoredMeasurement> stored;
   std::int64_t next_sequence = 0;
   bool final_round_done = false;
@@ -146,8 +137,8 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
       std::vector<Config> to_prepare;
       for (const Config& c : got) {
         if (!space.InRange(c)) {
-          return fail(absl::InternalError(StrCat(
-              "strategy ", resolved_strategy_, " proposed a configuration outside the space")));
+          return fail(absl::InternalError(StrCat("strategy ", resolved_strategy_,
+                                                 " proposed a configuration outside the space")));
         }
         if (stored.count(space.Key(c)) == 0) to_prepare.push_back(c);
         queue.push_back(c);
@@ -166,6 +157,8 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
           StrCat("strategy ", resolved_strategy_, " proposed ", key, " twice")));
     }
     StoredMeasurement record;
+    bool fresh = false;
+    bool improved = false;
     if (auto it = stored.find(key); it != stored.end()) {
       record = it->second;
       ++progress.replayed;
@@ -193,6 +186,7 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
       record.measured_at = NowIso8601();
       if (absl::Status s = store.AddMeasurement(job_id_, record); !s.ok()) return fail(s);
       new_cost += record.measurement.cost;
+      fresh = true;
     }
     const Measurement& m = record.measurement;
     Outcome outcome;
@@ -211,7 +205,10 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
       progress.best_objective = record.objective;
       progress.best_key = key;
       result.best = record;
+      improved = true;
     }
+    if (fresh && options.on_measurement) options.on_measurement(record);
+    if (improved && options.on_new_best) options.on_new_best(record);
     progress.elapsed = charged();
     progress.wall = std::chrono::steady_clock::now() - start;
     if (options.on_progress) options.on_progress(progress);
@@ -259,8 +256,10 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
         progress.best_key = record.key;
         result.best = record;
       }
+      if (options.on_measurement) options.on_measurement(record);
     }
     if (absl::Status s = store.RefreshBest(job_id_); !s.ok()) return fail(s);
+    if (result.best && options.on_new_best) options.on_new_best(*result.best);
   }
 
   progress.elapsed = charged();

@@ -49,7 +49,16 @@ struct SessionOptions {
   // job is left "interrupted", to resume when run again.
   const std::atomic<bool>* stop = nullptr;
   std::function<void(const Progress&)> on_progress;
+  // Called after each measurement this run commits (not those replayed
+  // from the store), and again for each final contender re-measured.
+  std::function<void(const StoredMeasurement&)> on_measurement;
+  // Called when the job's best so far changes (including replayed
+  // measurements, and once after the final contenders' re-measurement).
+  std::function<void(const StoredMeasurement&)> on_new_best;
 };
+
+// The store's record of `job` on `device` (state, counts and times unset).
+JobRecord MakeJobRecord(const Job& job, const DeviceInfo& device);
 
 // Runs one job. The job's identity decides whether it is new or resumes:
 // a resumed job replays its stored measurements into a fresh strategy with

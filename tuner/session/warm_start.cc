@@ -14,9 +14,19 @@ absl::StatusOr<WarmStart> LoadWarmStart(Store& store, const Job& job, const std:
   const Space& space = *job.space;
   std::vector<std::string> names;
   for (const Parameter& p : space.params()) names.push_back(p.name);
-  KTUNE_ASSIGN_OR_RETURN(
-      std::vector<PriorMeasurement> rows,
-      store.LoadPriorMeasurements(job.kernel_name, names, job.objective.id(), job_id, limit));
+  // What was known when the job was created: a resumed job starts from the
+  // same warm start as its first run, so its strategy takes the same path
+  // and replays what is stored instead of wandering past it.
+  std::string cutoff = NowIso8601();
+  if (absl::StatusOr<JobRecord> stored = store.GetJob(job_id); stored.ok()) {
+    cutoff = stored->created_at;
+  } else if (stored.status().code() != absl::StatusCode::kNotFound &&
+             stored.status().code() != absl::StatusCode::kInvalidArgument) {
+    return stored.status();
+  }
+  KTUNE_ASSIGN_OR_RETURN(std::vector<PriorMeasurement> rows,
+                         store.LoadPriorMeasurements(job.kernel_name, names, job.objective.id(),
+                                                     job_id, limit, cutoff));
   WarmStart out;
   // Per earlier job, its ok losses sorted: a loss's rank is its position.
   std::map<std::string, std::vector<double>> sorted;

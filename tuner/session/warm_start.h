@@ -29,7 +29,8 @@ struct WarmStart {
 
 // Reads the warm start for `job` (whose own id, `job_id`, is excluded):
 // measurements of kernels with the job's name and parameter names, for the
-// same objective, at most `limit` rows, newest jobs first.
+// same objective, at most `limit` rows, newest jobs first, measured no later
+// than the job was first stored (so a resumed job gets the same warm start).
 absl::StatusOr<WarmStart> LoadWarmStart(Store& store, const Job& job, const std::string& job_id,
                                         std::int64_t limit = 100000);
 

@@ -908,13 +908,14 @@ WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' LIMIT 1)sq
 
 absl::StatusOr<std::vector<PriorMeasurement>> Store::LoadPriorMeasurements(
     const std::string& kernel_name, const std::vector<std::string>& parameters,
-    const std::string& objective, const std::string& exclude_job_id, std::int64_t limit) {
+    const std::string& objective, const std::string& exclude_job_id, std::int64_t limit,
+    const std::string& measured_before) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
 SELECT m.job_id, m.config_key, m.status, m.loss
 FROM measurements m JOIN jobs j ON j.id = m.job_id
                     JOIN kernels k ON k.id = j.kernel_id
 WHERE k.name = ?1 AND k.parameters = ?2 AND j.objective = ?3 AND j.id <> ?4
-  AND m.status <> 'invalid_by_constraint'
+  AND m.status <> 'invalid_by_constraint' AND (?6 = '' OR m.measured_at <= ?6)
 ORDER BY j.created_at DESC, j.id, m.seq
 LIMIT ?5)sql"));
   const std::string params = StrJoin(parameters, ",");
@@ -922,7 +923,8 @@ LIMIT ?5)sql"));
       .Bind(2, std::string_view(params))
       .Bind(3, std::string_view(objective))
       .Bind(4, std::string_view(exclude_job_id))
-      .Bind(5, limit);
+      .Bind(5, limit)
+      .Bind(6, std::string_view(measured_before));
   std::vector<PriorMeasurement> out;
   absl::Status status = s.ForEachRow([&]() -> absl::Status {
     PriorMeasurement m;

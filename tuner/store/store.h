@@ -208,11 +208,13 @@ class Store {
 
   // Measurements of other jobs that tuned a kernel with this name and
   // exactly these parameters (names, in order) for `objective`, on any
-  // device and problem, excluding job `exclude_job_id`; constraint
-  // exclusions are left out. Newest jobs first, at most `limit` rows.
+  // device and problem, excluding job `exclude_job_id`, measured no later
+  // than `measured_before` (ISO 8601; empty: any time); constraint exclusions
+  // are left out. Newest jobs first, at most `limit` rows.
   absl::StatusOr<std::vector<PriorMeasurement>> LoadPriorMeasurements(
       const std::string& kernel_name, const std::vector<std::string>& parameters,
-      const std::string& objective, const std::string& exclude_job_id, std::int64_t limit);
+      const std::string& objective, const std::string& exclude_job_id, std::int64_t limit,
+      const std::string& measured_before = "");
 
   // Runs PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity();

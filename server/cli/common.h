@@ -1,0 +1,70 @@
+// What the local and the remote commands of ktune share: exit codes,
+// failures, the tune flags that shape a job spec, and writing results for
+// build systems.
+#ifndef KTUNE_SERVER_CLI_COMMON_H_
+#define KTUNE_SERVER_CLI_COMMON_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "ktune/v1/job.pb.h"
+#include "server/cli/flags.h"
+#include "server/cli/output.h"
+#include "tuner/store/store.h"
+
+namespace ktune::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;
+inline constexpr int kExitInvalidInput = 2;
+
+// A failure with the exit code it deserves.
+struct Failure {
+  int code;
+  std::string message;
+};
+
+inline Failure InvalidInput(const absl::Status& s) {
+  return Failure{kExitInvalidInput, std::string(s.message())};
+}
+inline Failure Error(const absl::Status& s) {
+  return Failure{kExitError, std::string(s.message())};
+}
+
+// The folder of a path ("." for a bare name).
+std::string DirOf(const std::string& path);
+
+// --strategy, --max-evals, --max-seconds, --seed, --batch, --no-warm-start
+// into the spec.
+std::optional<Failure> ApplyTuneFlags(const Args& args, v1::JobSpec& spec);
+
+// --emit-header FILE (with --header-style) and --emit-json FILE.
+std::optional<Failure> EmitResults(const Args& args, const TuneSummary& summary,
+                                   const std::string& match = "");
+
+// "M=4096,N=1024" into a problem; INVALID_ARGUMENT naming --problem.
+absl::StatusOr<Problem> ParseProblem(const std::string& text);
+
+// The flags of the remote commands (inline: initialised before the command
+// tables that copy them).
+inline const FlagSpec kServerFlag{"server", "ADDR",
+                                  "talk to the ktuned daemon at ADDR (host:port)"};
+inline const FlagSpec kTokenFileFlag{"token-file", "FILE",
+                                     "send the bearer token in FILE with every call (--server)"};
+inline const FlagSpec kTlsCaFlag{"tls-ca", "FILE",
+                                 "PEM CA that signed the daemon's certificate: use TLS"};
+inline const FlagSpec kTlsCertFlag{"tls-cert", "FILE", "PEM client certificate, for mutual TLS"};
+inline const FlagSpec kTlsKeyFlag{"tls-key", "FILE", "PEM private key of --tls-cert"};
+inline const FlagSpec kTimeoutFlag{
+    "timeout", "S",
+    "deadline of each call in seconds (default 30; --wait and watch: "
+    "24 hours for the stream)"};
+
+// Runs `command` against the daemon named by --server.
+std::optional<Failure> RunRemote(const std::string& command, const Args& args, int* exit_code);
+
+}  // namespace ktune::cli
+
+#endif  // KTUNE_SERVER_CLI_COMMON_H_

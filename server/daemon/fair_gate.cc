@@ -1,0 +1,64 @@
+#include "server/daemon/fair_gate.h"
+
+#include <algorithm>
+
+namespace ktune {
+
+FairGate::Member::Member(FairGate& gate, double weight)
+    : gate_(gate), stride_(1.0 / std::max(weight, 1e-6)) {
+  std::lock_guard<std::mutex> lock(gate_.mu_);
+  pass_ = gate_.virtual_time_;
+  id_ = gate_.next_id_++;
+}
+
+void FairGate::Member::Acquire() {
+  std::unique_lock<std::mutex> lock(gate_.mu_);
+  // A job back from a pause (compiling, queued) does not get to spend the
+  // turns it missed all at once.
+  pass_ = std::max(pass_, gate_.virtual_time_);
+  const std::pair<double, std::uint64_t> me{pass_, id_};
+  gate_.waiting_.insert(me);
+  gate_.cv_.wait(lock, [&] { return !gate_.busy_ && *gate_.waiting_.begin() == me; });
+  gate_.waiting_.erase(gate_.waiting_.begin());
+  gate_.busy_ = true;
+  gate_.virtual_time_ = pass_;
+  ++turns_;
+}
+
+void FairGate::Member::Release() {
+  {
+    std::lock_guard<std::mutex> lock(gate_.mu_);
+    gate_.busy_ = false;
+    pass_ += stride_;
+  }
+  gate_.cv_.notify_all();
+}
+
+namespace {
+
+// Holds a member's turn for a scope.
+class Turn {
+ public:
+  explicit Turn(FairGate::Member& m) : m_(m) { m_.Acquire(); }
+  ~Turn() { m_.Release(); }
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+
+ private:
+  FairGate::Member& m_;
+};
+
+}  // namespace
+
+absl::StatusOr<Measurement> GatedDevice::Evaluate(const Config& config) {
+  Turn turn(member_);
+  return inner_->Evaluate(config);
+}
+
+absl::StatusOr<std::vector<Measurement>> GatedDevice::Remeasure(
+    const std::vector<Config>& configs) {
+  Turn turn(member_);
+  return inner_->Remeasure(configs);
+}
+
+}  // namespace ktune

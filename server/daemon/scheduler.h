@@ -1,0 +1,127 @@
+// The daemon's scheduler: jobs queue per daemon (highest priority first,
+// then in order of submission), at most `max_running` run at once, each on
+// a thread of an Asio pool; jobs on one GPU take turns at its FairGate at
+// candidate granularity. The store is the daemon's state: every job is
+// recorded when submitted, every measurement as it completes, and a
+// restarted scheduler resumes the daemon's unfinished jobs.
+//
+// Every public method is thread-safe. Those that read or write the store
+// may block briefly on SQLite: call them off the gRPC threads.
+#ifndef KTUNE_SERVER_DAEMON_SCHEDULER_H_
+#define KTUNE_SERVER_DAEMON_SCHEDULER_H_
+
+#include <atomic>
+#include <boost/asio/thread_pool.hpp>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ktune/v1/tuner.pb.h"
+#include "server/daemon/fair_gate.h"
+#include "server/runner/runner.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+
+struct SchedulerLimits {
+  int max_running = 4;               // jobs running at once (all devices)
+  int max_queued = 256;              // jobs waiting
+  std::int64_t max_evaluations = 0;  // per job; 0: none
+  double max_space = 0;              // configurations per job; 0: none
+  double max_wall_seconds = 0;       // per job; 0: none
+  double max_kernel_seconds = 0;     // per launch (measurement.kernel_timeout); 0: none
+};
+
+struct SchedulerOptions {
+  std::string db_path;
+  std::vector<std::string> devices;  // locators: "sim:FILE", "0", "cuda:1", a UUID
+  OpenDeviceOptions device_options;
+  SchedulerLimits limits;
+};
+
+// One watcher of a job's events. Deliver is called from any thread and must
+// not block; `last` marks the final event (the job ended or the daemon is
+// stopping).
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void Deliver(const v1::JobEvent& event, bool last) = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Opens the devices and the store, and queues the daemon's unfinished
+  // jobs again. Errors name the device or the database.
+  absl::Status Start();
+  // Stops taking jobs, lets each running job finish its candidate, records
+  // it interrupted (queued jobs stay queued), and waits for them.
+  void Shutdown();
+
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
+  absl::StatusOr<v1::Job> Cancel(const v1::CancelJobRequest& request);
+  absl::StatusOr<v1::GetBestResponse> GetBest(const v1::GetBestRequest& request);
+  v1::ListDevicesResponse ListDevices() const;
+
+  // Follows a job: first its state (and with from_start its stored
+  // measurements), then live events until it ends. The sink is held until
+  // the last event or Unwatch.
+  absl::Status Watch(const v1::WatchJobRequest& request, std::shared_ptr<EventSink> sink);
+  void Unwatch(const EventSink* sink);
+
+  // Jobs queued, running; for tests and logs.
+  std::pair<int, int> counts();
+
+  // A best answer from the cache, when it is current; never touches the
+  // store (safe on a gRPC thread).
+  bool CachedBest(const v1::GetBestRequest& request, v1::GetBestResponse* out);
+
+ private:
+  struct DeviceSlot;
+  struct Entry;
+  struct Subscription;
+
+  absl::StatusOr<std::shared_ptr<Entry>> Prepare(v1::JobSpec spec, int priority, bool resuming);
+  void Dispatch();  // REQUIRES: mu_ held
+  void Run(const std::shared_ptr<Entry>& entry);
+  void Broadcast(Entry& entry, const v1::JobEvent& event, bool last);
+  absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
+
+  SchedulerOptions options_;
+  std::vector<std::unique_ptr<DeviceSlot>> devices_;
+  boost::asio::thread_pool runners_;
+
+  std::mutex mu_;
+  std::condition_variable idle_;
+  bool accepting_ = false;
+  std::uint64_t next_order_ = 0;
+  int running_ = 0;
+  std::map<std::pair<int, std::uint64_t>, std::shared_ptr<Entry>> queue_;  // (-priority, order)
+  std::unordered_map<std::string, std::shared_ptr<Entry>> active_;         // queued or running
+
+  // Reads for the RPCs: one connection, serialised.
+  std::mutex read_mu_;
+  std::unique_ptr<Store> reader_;
+
+  // GetBest answers, valid while the generation is unchanged.
+  std::atomic<std::uint64_t> best_generation_{0};
+  std::mutex cache_mu_;
+  std::unordered_map<std::string, std::pair<std::uint64_t, v1::GetBestResponse>> best_cache_;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_DAEMON_SCHEDULER_H_

@@ -1,0 +1,223 @@
+#include "server/daemon/service.h"
+
+#include <boost/asio/post.hpp>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "tuner/base/strings.h"
+
+namespace ktune {
+namespace {
+
+constexpr char kUnauthenticated[] =
+    "this daemon requires a bearer token (authorization: Bearer TOKEN; ktune --token-file)";
+
+// Runs `work` on the pool and finishes the call with its status; the
+// response pointer is filled on success.
+template <typename Response, typename Work>
+grpc::ServerUnaryReactor* Async(grpc::CallbackServerContext* ctx, boost::asio::thread_pool& pool,
+                                Response* response, Work work) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  boost::asio::post(pool, [reactor, response, work = std::move(work)]() mutable {
+    auto result = work();
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpc(result.status()));
+  });
+  return reactor;
+}
+
+// Streams one job's events; the scheduler delivers them from its threads.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent>, public EventSink {
+ public:
+  explicit WatchReactor(Scheduler& scheduler) : scheduler_(scheduler) {}
+
+  // Owned through shared_ptrs (self_ and the scheduler's subscriptions):
+  // gRPC needs it until OnDone, a scheduler thread may still hold it a
+  // moment longer; the last owner deletes it.
+  void Deliver(const v1::JobEvent& event, bool last) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    pending_.push_back(event);
+    last_queued_ = last_queued_ || last;
+    if (!writing_) WriteNext();
+  }
+
+  void FinishWith(const grpc::Status& status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.pop_front();
+    writing_ = false;
+    if (!ok) {
+      if (!finished_) {
+        finished_ = true;
+        Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream broke"));
+      }
+      return;
+    }
+    if (!finished_) WriteNext();
+  }
+
+  void OnCancel() override { FinishWith(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    scheduler_.Unwatch(this);
+    // Unwatch removed the sink from live jobs; a scheduler thread that had
+    // already taken it finds finished_ set (under mu_) and returns.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+    }
+    if (self_ == nullptr) {
+      delete this;
+      return;
+    }
+    std::shared_ptr<WatchReactor> keep = std::move(self_);
+    // `keep` may delete this on leaving; nothing touches a member after.
+  }
+
+  std::shared_ptr<EventSink> self() {
+    self_ = std::shared_ptr<WatchReactor>(this);
+    return self_;
+  }
+
+ private:
+  std::shared_ptr<WatchReactor> self_;
+
+  // REQUIRES: mu_ held, !writing_.
+  void WriteNext() {
+    if (pending_.empty()) {
+      if (last_queued_ && !finished_) {
+        finished_ = true;
+        Finish(grpc::Status::OK);
+      }
+      return;
+    }
+    writing_ = true;
+    StartWrite(&pending_.front());
+  }
+
+  Scheduler& scheduler_;
+  std::mutex mu_;
+  std::deque<v1::JobEvent> pending_;
+  bool writing_ = false;
+  bool last_queued_ = false;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+TunerService::TunerService(Scheduler& scheduler, std::string token, int rpc_threads)
+    : scheduler_(scheduler),
+      token_(std::move(token)),
+      pool_(static_cast<std::size_t>(std::max(1, rpc_threads))) {}
+
+TunerService::~TunerService() { Drain(); }
+
+void TunerService::Drain() { pool_.join(); }
+
+bool TunerService::Authorized(grpc::CallbackServerContext* ctx) const {
+  if (token_.empty()) return true;
+  const auto& md = ctx->client_metadata();
+  auto range = md.equal_range("authorization");
+  for (auto it = range.first; it != range.second; ++it) {
+    const std::string value(it->second.data(), it->second.size());
+    const std::string want = "Bearer " + token_;
+    // Compared in constant time: the token is a secret.
+    if (value.size() != want.size()) continue;
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      diff |= static_cast<unsigned char>(value[i] ^ want[i]);
+    }
+    if (diff == 0) return true;
+  }
+  return false;
+}
+
+#define KTUNE_CHECK_AUTH(ctx)                                                       \
+  do {                                                                              \
+    if (!Authorized(ctx)) {                                                         \
+      grpc::ServerUnaryReactor* r = (ctx)->DefaultReactor();                        \
+      r->Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kUnauthenticated)); \
+      return r;                                                                     \
+    }                                                                               \
+  } while (false)
+
+grpc::ServerUnaryReactor* TunerService::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                  const v1::SubmitJobRequest* request,
+                                                  v1::SubmitJobResponse* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  return Async(ctx, pool_, response, [this, request] { return scheduler_.Submit(*request); });
+}
+
+grpc::ServerUnaryReactor* TunerService::GetJob(grpc::CallbackServerContext* ctx,
+                                               const v1::GetJobRequest* request,
+                                               v1::Job* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  return Async(ctx, pool_, response, [this, request] { return scheduler_.GetJob(*request); });
+}
+
+grpc::ServerUnaryReactor* TunerService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                 const v1::ListJobsRequest* request,
+                                                 v1::ListJobsResponse* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  return Async(ctx, pool_, response, [this, request] { return scheduler_.ListJobs(*request); });
+}
+
+grpc::ServerUnaryReactor* TunerService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                  const v1::CancelJobRequest* request,
+                                                  v1::Job* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  return Async(ctx, pool_, response, [this, request] { return scheduler_.Cancel(*request); });
+}
+
+grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx,
+                                                const v1::GetBestRequest* request,
+                                                v1::GetBestResponse* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  if (scheduler_.CachedBest(*request, response)) {
+    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+  return Async(ctx, pool_, response, [this, request] { return scheduler_.GetBest(*request); });
+}
+
+grpc::ServerUnaryReactor* TunerService::ListDevices(grpc::CallbackServerContext* ctx,
+                                                    const v1::ListDevicesRequest* /*request*/,
+                                                    v1::ListDevicesResponse* response) {
+  KTUNE_CHECK_AUTH(ctx);
+  *response = scheduler_.ListDevices();  // in memory
+  grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(grpc::Status::OK);
+  return r;
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* TunerService::WatchJob(grpc::CallbackServerContext* ctx,
+                                                               const v1::WatchJobRequest* request) {
+  auto* reactor = new WatchReactor(scheduler_);
+  if (!Authorized(ctx)) {
+    reactor->FinishWith(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kUnauthenticated));
+    return reactor;
+  }
+  std::shared_ptr<EventSink> sink = reactor->self();
+  boost::asio::post(pool_, [this, reactor, request, sink] {
+    absl::Status s = scheduler_.Watch(*request, sink);
+    if (!s.ok()) reactor->FinishWith(ToGrpc(s));
+  });
+  return reactor;
+}
+
+}  // namespace ktune
