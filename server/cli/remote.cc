@@ -12,6 +12,7 @@
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "server/cli/common.h"
 #include "server/common/convert.h"
+#include "server/runner/runner.h"
 #include "tuner/base/file.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
@@ -22,10 +23,6 @@ namespace {
 
 constexpr double kDefaultTimeoutS = 30;
 
-std::string JoinPath(const std::string& dir, const std::string& path) {
-  if (path.empty() || path[0] == '/' || dir.empty() || dir == ".") return path;
-  return StrCat(dir, "/", path);
-}
 constexpr double kStreamTimeoutS = 24 * 3600;
 
 struct Connection {
@@ -222,20 +219,9 @@ std::optional<Failure> RemoteTune(const Connection& c, const Args& args, int* ex
     absl::StatusOr<v1::JobSpec> loaded = LoadJobSpecFile(path);
     if (!loaded.ok()) return InvalidInput(loaded.status());
     spec = *std::move(loaded);
-    // The daemon cannot read this machine's files: the source goes inline.
-    if (spec.kernel().source_case() == v1::Kernel::kFile) {
-      absl::StatusOr<std::string> src =
-          ReadFileContents(JoinPath(DirOf(path), spec.kernel().file()));
-      if (!src.ok()) {
-        return Failure{kExitInvalidInput, StrCat(path, ": kernel.file: ", src.status().message())};
-      }
-      spec.mutable_kernel()->set_code(*src);
-    }
-    if (spec.kernel().include_paths_size() > 0) {
-      return Failure{kExitInvalidInput,
-                     StrCat(path,
-                            ": kernel.include_paths: a daemon cannot read this machine's "
-                            "headers; inline them into the kernel source")};
+    // The daemon cannot read this machine's files: the sources go inline.
+    if (absl::Status st = InlineFiles(spec, DirOf(path)); !st.ok()) {
+      return Failure{kExitInvalidInput, StrCat(path, ": ", st.message())};
     }
   }
   if (auto f = ApplyTuneFlags(args, spec)) return f;

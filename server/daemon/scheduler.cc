@@ -34,7 +34,6 @@ bool Finished(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
-
 double Seconds(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
 
 void SetSeconds(double s, google::protobuf::Duration* d) {
@@ -199,18 +198,7 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
     spec = std::move(overrides);
   }
   // A remote spec cannot name files on the daemon's machine.
-  if (!resuming) {
-    if (spec.kernel().source_case() == v1::Kernel::kFile) {
-      return absl::InvalidArgumentError(
-          "kernel.file: the daemon takes the kernel source inline (kernel.code); "
-          "`ktune --server ADDR tune SPEC.json` inlines the file");
-    }
-    if (spec.kernel().include_paths_size() > 0) {
-      return absl::InvalidArgumentError(
-          "kernel.include_paths: not accepted by the daemon (paths on its machine); inline "
-          "the headers into kernel.code");
-    }
-  }
+  if (!resuming) KTUNE_RETURN_IF_ERROR(RejectFileReferences(spec));
 
   // Limits that shape the job: evaluations and kernel time.
   const SchedulerLimits& lim = options_.limits;

@@ -5,6 +5,8 @@
 
 #include "absl/status/status.h"
 #include "strategies/registry.h"
+#include "tuner/base/file.h"
+#include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/device/simulated_device.h"
 #include "tuner/session/warm_start.h"
@@ -79,6 +81,80 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
   if (!s.ok()) return s.status();
   out.strategy = *std::move(s);
   return out;
+}
+
+namespace {
+
+absl::Status CheckDataFiles(const v1::JobSpec& spec) {
+  for (int i = 0; i < spec.arguments_size(); ++i) {
+    if (spec.arguments(i).buffer().init_case() == v1::Buffer::kFile) {
+      return absl::InvalidArgumentError(
+          StrCat("arguments[", i,
+                 "].buffer.file: a data file cannot be sent to a daemon; use a "
+                 "generated initialisation (uniform, normal, iota, constant)"));
+    }
+  }
+  if (spec.verification().has_expected_data()) {
+    return absl::InvalidArgumentError(
+        "verification.expected_data: data files cannot be sent to a daemon; verify against a "
+        "reference configuration or a reference kernel");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InlineKernel(const std::string& field, v1::Kernel& k, const std::string& base_dir) {
+  if (k.include_paths_size() > 0) {
+    return absl::InvalidArgumentError(
+        StrCat(field, ".include_paths: a daemon cannot read this machine's headers; inline them"));
+  }
+  if (k.source_case() != v1::Kernel::kFile) return absl::OkStatus();
+  const std::string path = k.file().empty() || k.file()[0] == '/' || base_dir == "."
+                               ? k.file()
+                               : StrCat(base_dir, "/", k.file());
+  absl::StatusOr<std::string> source = ReadFileContents(path);
+  if (!source.ok())
+    return absl::InvalidArgumentError(StrCat(field, ".file: ", source.status().message()));
+  k.set_code(*source);
+  return absl::OkStatus();
+}
+
+absl::Status RejectKernelFiles(const std::string& field, const v1::Kernel& k) {
+  if (k.source_case() == v1::Kernel::kFile) {
+    return absl::InvalidArgumentError(
+        StrCat(field, ".file: the daemon takes the source inline (", field,
+               ".code); `ktune --server ADDR tune SPEC.json` inlines the file"));
+  }
+  if (k.include_paths_size() > 0) {
+    return absl::InvalidArgumentError(
+        StrCat(field,
+               ".include_paths: not accepted by the daemon (paths on its machine); "
+               "inline the headers"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status InlineFiles(v1::JobSpec& spec, const std::string& base_dir) {
+  KTUNE_RETURN_IF_ERROR(CheckDataFiles(spec));
+  if (spec.has_kernel())
+    KTUNE_RETURN_IF_ERROR(InlineKernel("kernel", *spec.mutable_kernel(), base_dir));
+  if (spec.verification().has_reference_kernel()) {
+    KTUNE_RETURN_IF_ERROR(InlineKernel(
+        "verification.reference_kernel.kernel",
+        *spec.mutable_verification()->mutable_reference_kernel()->mutable_kernel(), base_dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RejectFileReferences(const v1::JobSpec& spec) {
+  KTUNE_RETURN_IF_ERROR(CheckDataFiles(spec));
+  if (spec.has_kernel()) KTUNE_RETURN_IF_ERROR(RejectKernelFiles("kernel", spec.kernel()));
+  if (spec.verification().has_reference_kernel()) {
+    KTUNE_RETURN_IF_ERROR(RejectKernelFiles("verification.reference_kernel.kernel",
+                                            spec.verification().reference_kernel().kernel()));
+  }
+  return absl::OkStatus();
 }
 
 std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program) {

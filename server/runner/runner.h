@@ -54,6 +54,16 @@ struct BuiltStrategy {
 absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
                                             const std::string& job_id);
 
+// A spec for another machine (a daemon): kernel sources named by file (the
+// kernel's and a reference kernel's) are read, relative to `base_dir`, into
+// the spec. INVALID_ARGUMENT, naming the field, for what cannot travel
+// inline: include paths and data files.
+absl::Status InlineFiles(v1::JobSpec& spec, const std::string& base_dir);
+
+// A daemon's check of a spec from a client: no field may name a file on the
+// daemon's machine. INVALID_ARGUMENT names the field.
+absl::Status RejectFileReferences(const v1::JobSpec& spec);
+
 // ktune and ktuned are their own worker programs: for "__worker compile"
 // and "__worker measure" (argv after the program name) this runs the worker
 // and returns its exit code; nullopt for any other command line.

@@ -806,11 +806,29 @@ double ProblemDistance(const Problem& a, const Problem& b) {
   return std::sqrt(sum);
 }
 
-absl::StatusOr<BestMatch> Store::FindBestMatch(const BestQuery& q) {
+absl::StatusOr<BestMatch> Store::FindBestMatch(const BestQuery& query) {
   KTUNE_ASSIGN_OR_RETURN(
       std::vector<BestRecord> all,
-      FindBest(q.kernel, std::nullopt, std::nullopt,
-               q.objective.empty() ? std::nullopt : std::optional<std::string>(q.objective)));
+      FindBest(
+          query.kernel, std::nullopt, std::nullopt,
+          query.objective.empty() ? std::nullopt : std::optional<std::string>(query.objective)));
+  BestQuery q = query;
+  if (q.architecture.empty() && !q.device.empty() && q.device.rfind("sm_", 0) != 0) {
+    // The store may know the device from other kernels' jobs.
+    KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
+SELECT architecture FROM devices
+WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' LIMIT 1)sql"));
+    s.Bind(1, std::string_view(q.device));
+    KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
+    if (row) q.architecture = s.Text(0);
+  }
+  return SelectBestMatch(std::move(all), q);
+}
+
+absl::StatusOr<BestMatch> SelectBestMatch(std::vector<BestRecord> all, const BestQuery& q) {
+  std::erase_if(all, [&](const BestRecord& b) {
+    return b.kernel_name != q.kernel || (!q.objective.empty() && b.objective != q.objective);
+  });
   if (all.empty()) {
     return absl::NotFoundError(
         StrCat("no stored best configuration for kernel ", q.kernel,
@@ -874,12 +892,12 @@ absl::StatusOr<BestMatch> Store::FindBestMatch(const BestQuery& q) {
     }
     if (architecture.empty() && q.device.rfind("sm_", 0) == 0) architecture = q.device;
     if (architecture.empty() && !q.device.empty()) {
-      KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
-SELECT architecture FROM devices
-WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' LIMIT 1)sql"));
-      s.Bind(1, std::string_view(q.device));
-      KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
-      if (row) architecture = s.Text(0);
+      // A device some record was measured on.
+      for (const BestRecord& b : all) {
+        if (b.device.name == q.device || b.device.id == q.device || b.device.uuid == q.device) {
+          architecture = b.device.architecture;
+        }
+      }
     }
     if (!architecture.empty()) {
       auto same_arch = [&](const BestRecord& b) { return b.device.architecture == architecture; };

@@ -119,6 +119,11 @@ struct BestMatch {
 // the dimension names differ.
 double ProblemDistance(const Problem& a, const Problem& b);
 
+// The fallback chain of Store::FindBestMatch over records already loaded
+// (no I/O): for in-process lookups. `query.architecture` should be set when
+// the device is not among the records.
+absl::StatusOr<BestMatch> SelectBestMatch(std::vector<BestRecord> records, const BestQuery& query);
+
 // One schema step: applied in a transaction, then user_version = version.
 struct Migration {
   int version;
