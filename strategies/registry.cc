@@ -51,21 +51,36 @@ constexpr std::size_t kWarmCount = 3;
 
 }  // namespace
 
-std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations) {
-  // Exhaustive when the budget covers the whole space; otherwise Bayesian
-  // optimisation, the strongest strategy across the recorded spaces.
+std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations, bool warm) {
+  // Exhaustive when the budget covers the whole space. Otherwise, with a
+  // warm start, local search from the best configurations known elsewhere
+  // (the strongest start on the recorded spaces of one kernel on another
+  // GPU); without one, Bayesian optimisation, the strongest strategy from
+  // scratch.
   const SpaceCount count = space.Count();
   if (max_evaluations <= 0 ||
       (count.exact && count.count <= static_cast<Uint128>(max_evaluations))) {
     return "brute_force";
   }
-  return "bayes";
+  return warm ? "local" : "bayes";
+}
+
+bool HasWarmStart(const Space& space, const StrategyOptions& options) {
+  return std::any_of(options.prior.begin(), options.prior.end(),
+                     [&](const auto& p) { return p.second.ok() && space.IsValid(p.first); });
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, const Space& space,
                                                        const StrategyOptions& options) {
   if (name == "auto") {
-    return MakeStrategy(ResolveAutoStrategy(space, options.max_evaluations), space, options);
+    if (!options.settings.empty()) {
+      return absl::InvalidArgumentError(StrCat("strategy auto takes no options; got '",
+                                               options.settings.begin()->first,
+                                               "' (name the strategy to set its options)"));
+    }
+    return MakeStrategy(
+        ResolveAutoStrategy(space, options.max_evaluations, HasWarmStart(space, options)), space,
+        options);
   }
   // Options: each strategy takes its own numbers.
   auto options_for =

@@ -37,8 +37,14 @@ std::vector<std::string> StrategyNames();
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, const Space& space,
                                                        const StrategyOptions& options);
 
-// What "auto" resolves to for this space and budget.
-std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations);
+// What "auto" resolves to for this space and budget, with or without a
+// warm start: brute_force when the budget covers the space, else local
+// with a warm start, else bayes.
+std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations,
+                                bool warm = false);
+
+// Whether `options.prior` holds a successful configuration of `space`.
+bool HasWarmStart(const Space& space, const StrategyOptions& options);
 
 }  // namespace ktune
 

@@ -341,7 +341,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
                    StrCat(args.Has("strategy") ? "--strategy: " : "strategy.name: ",
                           strat.status().message())};
   }
-  const std::string resolved = strat->resolved;
+  std::string resolved = strat->resolved;
 
   // 5. Bind the job to the device (for a GPU: worker, arguments,
   // reference), still before anything is stored.
@@ -368,7 +368,8 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
     if (!rebuilt.ok()) return Error(rebuilt.status());
     warm = *std::move(rebuilt);
     if (warm.warm_configurations > 0) {
-      session.set_strategy(*warm.strategy);
+      resolved = warm.resolved;
+      session.set_strategy(*warm.strategy, resolved);
       std::fprintf(stderr, "ktune: warm start from %lld earlier job(s): %zu configurations\n",
                    static_cast<long long>(warm.warm_jobs), warm.warm_configurations);
     }

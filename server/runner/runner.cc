@@ -68,8 +68,6 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
   options.max_evaluations = job.max_evaluations;
   options.settings = job.strategy_settings;
   BuiltStrategy out;
-  out.resolved =
-      job.strategy == "auto" ? ResolveAutoStrategy(*job.space, job.max_evaluations) : job.strategy;
   if (store != nullptr && job.warm_start) {
     absl::StatusOr<WarmStart> warm = LoadWarmStart(*store, job, job_id);
     if (!warm.ok()) return warm.status();
@@ -77,6 +75,10 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
     out.warm_configurations = warm->prior.size();
     options.prior = std::move(warm->prior);
   }
+  out.resolved = job.strategy == "auto"
+                     ? ResolveAutoStrategy(*job.space, job.max_evaluations,
+                                           HasWarmStart(*job.space, options))
+                     : job.strategy;
   absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(job.strategy, *job.space, options);
   if (!s.ok()) return s.status();
   out.strategy = *std::move(s);

@@ -109,6 +109,8 @@ TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
   EXPECT_EQ(ResolveAutoStrategy(space, 0), "brute_force");
   EXPECT_EQ(ResolveAutoStrategy(space, n), "brute_force");
   EXPECT_EQ(ResolveAutoStrategy(space, n - 1), "bayes");
+  EXPECT_EQ(ResolveAutoStrategy(space, n - 1, /*warm=*/true), "local");
+  EXPECT_EQ(ResolveAutoStrategy(space, n, /*warm=*/true), "brute_force");
 }
 
 }  // namespace

@@ -82,7 +82,10 @@ class Session {
 
   // Replaces the strategy before Run (e.g. with one rebuilt around a warm
   // start read from the store); `strategy` must outlive the session.
-  void set_strategy(Strategy& strategy) { strategy_ = &strategy; }
+  void set_strategy(Strategy& strategy, std::string resolved_strategy) {
+    strategy_ = &strategy;
+    resolved_strategy_ = std::move(resolved_strategy);
+  }
 
  private:
   const Job& job_;
