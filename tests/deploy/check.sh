@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Checks what can be checked of deploy/ without a cluster or a service
+# manager: the Kubernetes manifests parse and carry what they must, the
+# systemd unit passes systemd-analyze verify (when systemd is there), the
+# container file names its stages.
+#   tests/deploy/check.sh SOURCE_DIR KTUNED
+set -euo pipefail
+src=$1
+ktuned=$2
+python=/usr/bin/python3
+[ -x "$python" ] || python=python3
+"$python" - "$src" <<'PY'
+import sys, yaml
+src = sys.argv[1]
+ds = list(yaml.safe_load_all(open(src + "/deploy/k8s/ktuned-daemonset.yaml")))
+kinds = [d["kind"] for d in ds]
+assert kinds == ["DaemonSet", "Service"], kinds
+pod = ds[0]["spec"]["template"]["spec"]
+args = pod["containers"][0]["args"]
+assert "--token-file" in args and "--tls-cert" in args, args
+assert ds[0]["spec"]["selector"]["matchLabels"] == ds[0]["spec"]["template"]["metadata"]["labels"]
+assert ds[1]["spec"]["selector"] == ds[0]["spec"]["template"]["metadata"]["labels"]
+job = list(yaml.safe_load_all(open(src + "/deploy/k8s/tune-job.yaml")))
+assert [d["kind"] for d in job] == ["Job"]
+c = job[0]["spec"]["template"]["spec"]["containers"][0]
+assert "--local" in c["args"] and c["resources"]["limits"]["nvidia.com/gpu"] == 1
+print("manifests: ok")
+PY
+if command -v systemd-analyze >/dev/null 2>&1; then
+  unit=$(mktemp -d)/ktuned.service
+  sed "s|/usr/local/bin/ktuned|$ktuned|" "$src/deploy/systemd/ktuned.service" >"$unit"
+  systemd-analyze verify "$unit"
+  echo "systemd unit: ok"
+else
+  echo "systemd unit: systemd-analyze not here, not checked"
+fi
+grep -q '^FROM .*-devel-.* AS build$' "$src/deploy/container/Containerfile"
+grep -q '^FROM .*-runtime-' "$src/deploy/container/Containerfile"
+echo "container file: ok"
