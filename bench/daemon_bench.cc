@@ -2,7 +2,7 @@
 // 8 and 32 concurrent clients; the in-process BestConfigs lookup time
 // (client_bench); and
 // a soak (32 clients submitting and watching jobs while 32 others query
-// GetBest), with the daemon's resident memory before and after.
+// GetBest) in four rounds, with the daemon's resident memory after each.
 //
 //   daemon_bench [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
 #include <grpcpp/grpcpp.h>
@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     const long rss0 = RssKiB(daemon);
     std::atomic<long> jobs_ok{0}, jobs_failed{0};
     std::atomic<int> seed{1000};
-    auto half = [&](double seconds) {
+    auto round_of = [&](double seconds) {
       const auto end = Clock::now() + std::chrono::duration<double>(seconds);
       std::vector<std::thread> threads;
       for (int c = 0; c < 32; ++c) {
@@ -216,12 +216,14 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       return RssKiB(daemon);
     };
-    const long rss1 = half(soak / 2);
-    const long rss2 = half(soak / 2);
+    // Four rounds: memory that grows round after round is a leak; memory
+    // that settles after the first is the daemon's working set.
+    std::vector<long> rss;
+    for (int round = 0; round < 4; ++round) rss.push_back(round_of(soak / 4));
     std::printf(
         "soak %.0f s: %ld jobs succeeded, %ld failed; daemon RSS %ld KiB at start, "
-        "%ld after the first half, %ld after the second\n",
-        soak, jobs_ok.load(), jobs_failed.load(), rss0, rss1, rss2);
+        "after each quarter %ld, %ld, %ld, %ld KiB\n",
+        soak, jobs_ok.load(), jobs_failed.load(), rss0, rss[0], rss[1], rss[2], rss[3]);
   }
   kill(daemon, SIGTERM);
   const int code = ktune::testing::WaitExit(daemon);

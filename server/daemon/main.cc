@@ -6,6 +6,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -267,5 +268,9 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  // A long-running server with many short-lived threads' allocations: few
+  // malloc arenas keep its memory from creeping through fragmentation
+  // (measured with bench/daemon_bench's soak).
+  mallopt(M_ARENA_MAX, 2);
   return ktune::daemon::Main(argc, argv);
 }
