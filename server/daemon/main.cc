@@ -60,6 +60,7 @@ const CommandSpec kDaemonCommand{
      {"max-space", "N", "configurations in a job's space (default: no limit)"},
      {"max-wall-seconds", "S", "wall time per job (default: no limit)"},
      {"max-kernel-seconds", "S", "time per kernel launch (default: the job's own)"},
+     {"max-argument-mib", "N", "GPU memory of a job's buffer arguments, MiB (default: no limit)"},
      {"tls-cert", "FILE", "PEM certificate chain: serve TLS"},
      {"tls-key", "FILE", "PEM private key of --tls-cert"},
      {"tls-client-ca", "FILE", "PEM CA: clients must present a certificate it signed (mutual TLS)"},
@@ -185,10 +186,12 @@ int Main(int argc, char** argv) {
     if (*v) *out = **v;
     return true;
   };
-  std::int64_t running = 4, queued = 256, workers = 0, rpc_threads = 2, max_space = 0;
+  std::int64_t running = 4, queued = 256, workers = 0, rpc_threads = 2, max_space = 0,
+               argument_mib = 0;
   if (!read_int("max-running", 1, 1024, &running) || !read_int("max-queued", 0, 1 << 20, &queued) ||
       !read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations) ||
       !read_int("max-space", 1, INT64_MAX, &max_space) ||
+      !read_int("max-argument-mib", 1, INT64_C(1) << 30, &argument_mib) ||
       !read_int("compile-workers", 1, 1024, &workers) ||
       !read_int("rpc-threads", 1, 256, &rpc_threads) ||
       !read_double("max-wall-seconds", &so.limits.max_wall_seconds) ||
@@ -199,6 +202,7 @@ int Main(int argc, char** argv) {
   so.limits.max_running = static_cast<int>(running);
   so.limits.max_queued = static_cast<int>(queued);
   so.limits.max_space = static_cast<double>(max_space);
+  so.limits.max_argument_bytes = argument_mib << 20;
   so.device_options.compile_workers = static_cast<int>(workers);
   if (so.devices.empty()) {
 #ifdef KTUNE_HAVE_CUDA

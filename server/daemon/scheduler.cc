@@ -251,6 +251,16 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
                  lim.max_space, " (--max-space)"));
     }
   }
+  if (lim.max_argument_bytes > 0) {
+    KTUNE_ASSIGN_OR_RETURN(const std::int64_t bytes, ArgumentBytes(e->job));
+    if (bytes > lim.max_argument_bytes) {
+      return absl::InvalidArgumentError(StrCat("arguments: the buffers take ", bytes >> 20,
+                                               " MiB of GPU memory, over this "
+                                               "daemon's limit of ",
+                                               lim.max_argument_bytes >> 20,
+                                               " MiB (--max-argument-mib)"));
+    }
+  }
   // The strategy's name and options are checked now; it is built (with its
   // warm start) when the job runs.
   if (absl::StatusOr<BuiltStrategy> s = BuildStrategy(e->job, nullptr, ""); !s.ok()) {

@@ -37,6 +37,7 @@ struct SchedulerLimits {
   double max_space = 0;              // configurations per job; 0: none
   double max_wall_seconds = 0;       // per job; 0: none
   double max_kernel_seconds = 0;     // per launch (measurement.kernel_timeout); 0: none
+  std::int64_t max_argument_bytes = 0;  // GPU memory of a job's buffers; 0: none
 };
 
 struct SchedulerOptions {

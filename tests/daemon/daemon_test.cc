@@ -540,6 +540,28 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
   EXPECT_EQ(Follow(ok.job_id()), v1::SUCCEEDED);
 }
 
+TEST_F(DaemonTest, ArgumentMemoryLimitIsChecked) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-argument-mib", "64"}));
+  // The recorded convolution's kernel, with a 1 GiB input: too much here.
+  v1::JobSpec spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("convolution_kernel");
+  spec.mutable_kernel()->set_code("__global__ void convolution_kernel(float* in) {}");
+  (*spec.mutable_problem())["N"] = 1 << 28;
+  v1::Argument* a = spec.add_arguments();
+  a->set_name("in");
+  a->set_type(v1::Argument::F32);
+  a->mutable_buffer()->set_size("N");
+  a->mutable_buffer()->mutable_uniform()->set_high(1);
+  v1::Parameter* p = spec.add_parameters();
+  p->set_name("block_size_x");
+  p->add_ints(32);
+  v1::SubmitJobResponse r;
+  const grpc::Status s = Submit(spec, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("1024 MiB"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max-argument-mib"));
+}
+
 TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {
   ASSERT_TRUE(StartDaemon(
       {"--device", kConv, "--max-running", "1", "--max-queued", "1", "--sim-speed", "20"}));

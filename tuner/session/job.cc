@@ -414,6 +414,46 @@ JobBinding BindingFor(const Job& job) {
   return b;
 }
 
+absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job) {
+  SymbolTable symbols;
+  for (const auto& [name, v] : job.problem) {
+    KTUNE_RETURN_IF_ERROR(symbols.AddConstant(name, ValueType::kInt, IntScalar(v)));
+  }
+  std::int64_t total = 0;
+  for (int i = 0; i < job.spec.arguments_size(); ++i) {
+    const v1::Argument& a = job.spec.arguments(i);
+    if (a.kind_case() != v1::Argument::kBuffer) continue;
+    const std::string where = StrCat("arguments[", i, "] (", a.name(), ").buffer.size");
+    absl::StatusOr<Expr> size = Expr::CompileAs(a.buffer().size(), symbols, ValueType::kInt);
+    if (!size.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat(where, ": must depend on the problem only: ", size.status().message()));
+    }
+    std::int64_t elements = 0;
+    if (!size->EvaluateInt(nullptr, &elements)) {
+      return absl::InvalidArgumentError(StrCat(where, ": cannot be evaluated for this problem"));
+    }
+    std::int64_t element_bytes = 4;
+    switch (a.type()) {
+      case v1::Argument::F16:
+      case v1::Argument::BF16:
+      case v1::Argument::I16:
+      case v1::Argument::U16: element_bytes = 2; break;
+      case v1::Argument::I8:
+      case v1::Argument::U8: element_bytes = 1; break;
+      case v1::Argument::F64:
+      case v1::Argument::I64:
+      case v1::Argument::U64: element_bytes = 8; break;
+      default: break;
+    }
+    if (elements < 0 || elements > (INT64_MAX - total) / element_bytes) {
+      return absl::InvalidArgumentError(StrCat(where, ": ", elements, " elements"));
+    }
+    total += elements * element_bytes;
+  }
+  return total;
+}
+
 std::string DeterministicBytes(const google::protobuf::MessageLite& message) {
   std::string bytes;
   {

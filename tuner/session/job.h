@@ -98,6 +98,11 @@ absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::Jo
 // What the device needs to know about `job` (which must outlive it).
 JobBinding BindingFor(const Job& job);
 
+// Bytes of GPU memory the job's buffer arguments take (sizes evaluated for
+// the job's problem). INVALID_ARGUMENT names an argument whose size cannot
+// be evaluated from the problem alone.
+absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job);
+
 // `message` serialised deterministically (map entries sorted): equal
 // messages give equal bytes, for identities, hashes and cache keys.
 std::string DeterministicBytes(const google::protobuf::MessageLite& message);
