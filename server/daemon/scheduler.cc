@@ -94,6 +94,15 @@ absl::Status Scheduler::Start() {
   if (options_.devices.empty()) {
     return absl::InvalidArgumentError("--device: give at least one device (sim:FILE or a GPU)");
   }
+  // One NVRTC pool for every GPU job: compile work of all jobs shares it.
+  const bool any_gpu = std::any_of(options_.devices.begin(), options_.devices.end(),
+                                   [](const std::string& l) { return l.rfind("sim:", 0) != 0; });
+  if (any_gpu) {
+    absl::StatusOr<std::shared_ptr<CompilePool>> pool =
+        StartSharedCompilePool(options_.device_options);
+    if (!pool.ok()) return pool.status();
+    options_.device_options.compile_pool = *std::move(pool);
+  }
   for (const std::string& locator : options_.devices) {
     absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice(locator, options_.device_options);
     if (!d.ok())

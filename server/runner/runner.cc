@@ -1,6 +1,8 @@
 #include "server/runner/runner.h"
 
+#include <algorithm>
 #include <iostream>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,6 +14,7 @@
 #include "tuner/session/warm_start.h"
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/compile/compile_pool.h"
+#include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/measure/measure_worker.h"
 #endif
@@ -40,12 +43,34 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
   o.program = program;
   o.compile_workers = options.compile_workers;
   o.cache_dir = CompileCache::DefaultDir();
+  o.shared_pool = options.compile_pool;
   absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, o);
   if (!d.ok()) return d.status();
   return std::unique_ptr<Device>(*std::move(d));
 #else
   return absl::FailedPreconditionError(
       "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
+#endif
+}
+
+absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
+    const OpenDeviceOptions& options) {
+#ifdef KTUNE_HAVE_CUDA
+  absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  if (!nvrtc.ok()) return nvrtc.status();
+  CompilePoolOptions po;
+  po.worker_argv = WorkerProgram{options.worker_program}.Argv("compile");
+  po.workers = options.compile_workers > 0
+                   ? options.compile_workers
+                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  po.cache_dir = CompileCache::DefaultDir();
+  po.nvrtc_version = (*nvrtc)->version_text();
+  absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(po);
+  if (!pool.ok()) return pool.status();
+  return std::shared_ptr<CompilePool>(*std::move(pool));
+#else
+  (void)options;
+  return absl::FailedPreconditionError("this build has no CUDA support: nothing to compile");
 #endif
 }
 
@@ -75,10 +100,9 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
     out.warm_configurations = warm->prior.size();
     options.prior = std::move(warm->prior);
   }
-  out.resolved = job.strategy == "auto"
-                     ? ResolveAutoStrategy(*job.space, job.max_evaluations,
-                                           HasWarmStart(*job.space, options))
-                     : job.strategy;
+  out.resolved = job.strategy == "auto" ? ResolveAutoStrategy(*job.space, job.max_evaluations,
+                                                              HasWarmStart(*job.space, options))
+                                        : job.strategy;
   absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(job.strategy, *job.space, options);
   if (!s.ok()) return s.status();
   out.strategy = *std::move(s);

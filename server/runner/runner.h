@@ -19,12 +19,23 @@
 
 namespace ktune {
 
+class CompilePool;  // tuner/compile (CUDA builds only)
+
 struct OpenDeviceOptions {
   std::string base_dir = ".";  // a relative sim:FILE starts here
   double sim_speed = 0;        // see SimulatedDevice::set_speed
   int compile_workers = 0;     // GPU: NVRTC worker processes; 0: one per core
   std::string worker_program;  // GPU: the binary that runs "__worker ..."
+  // GPU: compile with this pool (shared by a daemon's jobs) rather than a
+  // pool of the device's own.
+  std::shared_ptr<CompilePool> compile_pool;
 };
+
+// An NVRTC pool to share between GPU devices (see OpenDeviceOptions), sized
+// as compile_workers says (0: one per core), using the CUBIN cache.
+// FAILED_PRECONDITION without CUDA support in this build.
+absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
+    const OpenDeviceOptions& options);
 
 // Opens "sim:FILE" (a recorded space) or a GPU ("0", "cuda:0", a UUID).
 // INVALID_ARGUMENT for a malformed locator or an unreadable recording;

@@ -193,7 +193,11 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   po.timeout = options.compile_timeout;
   po.cache_dir = options.cache_dir;
   po.nvrtc_version = d->nvrtc_version_;
-  KTUNE_ASSIGN_OR_RETURN(d->pool_, CompilePool::Start(po));
+  if (options.shared_pool != nullptr) {
+    d->pool_ = options.shared_pool;
+  } else {
+    KTUNE_ASSIGN_OR_RETURN(d->pool_, CompilePool::Start(po));
+  }
   // The worker opens the GPU now (the slow part: the context), ahead of
   // any job.
   KTUNE_RETURN_IF_ERROR(d->StartWorker());

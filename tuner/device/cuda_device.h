@@ -54,6 +54,9 @@ struct CudaDeviceOptions {
   int compile_workers = 0;  // 0: one per host core
   std::chrono::milliseconds compile_timeout{120'000};
   std::string cache_dir;  // CUBIN cache; empty: memory only
+  // A pool shared with other devices (a daemon's jobs share one); null: the
+  // device starts its own from the settings above.
+  std::shared_ptr<CompilePool> shared_pool;
 };
 
 // Running totals, for benchmarks and reports.
@@ -119,7 +122,7 @@ class CudaDevice final : public Device {
   CudaDeviceOptions options_;
   std::string arch_;
   std::string nvrtc_version_;
-  std::unique_ptr<CompilePool> pool_;
+  std::shared_ptr<CompilePool> pool_;
   std::optional<Subprocess> worker_;
   bool worker_ready_ = false;  // set up, reference made
   int worker_starts_ = 0;      // for this job
