@@ -343,7 +343,7 @@ TEST_F(DaemonTest, CancelQueuedAndRunningJobs) {
 }
 
 TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "3", "--sim-speed", "500"}));
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "3", "--sim-speed", "100"}));
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
     v1::SubmitJobResponse r;
@@ -398,7 +398,7 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
 }
 
 TEST_F(DaemonTest, SigtermInterruptsRunningJobsWhichResumeOnRestart) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--sim-speed", "300"}));
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--sim-speed", "100"}));
   v1::SubmitJobResponse a, b;
   ASSERT_TRUE(Submit(Budget(50, 1), &a).ok());
   ASSERT_TRUE(Submit(Budget(50, 2), &b).ok());
