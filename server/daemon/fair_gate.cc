@@ -11,6 +11,11 @@ FairGate::Member::Member(FairGate& gate, double weight)
   id_ = gate_.next_id_++;
 }
 
+std::size_t FairGate::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.size();
+}
+
 void FairGate::Member::Acquire() {
   std::unique_lock<std::mutex> lock(gate_.mu_);
   // A job back from a pause (compiling, queued) does not get to spend the

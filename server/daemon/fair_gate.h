@@ -1,8 +1,10 @@
 // Fair turns on one GPU for several jobs: a job holds the gate for one
 // candidate's timed evaluation at a time, so timed regions of different jobs
-// never overlap, and the next turn goes to the waiting job that has had the
-// least service for its weight (stride scheduling: no job starves, a job of
-// weight 2 gets twice the turns of a job of weight 1 while both wait).
+// never overlap, and each turn goes to the waiting job that has had the
+// least service for its weight (stride scheduling), so no job starves. The
+// gate never idles for a job that is not asking: between its candidates a
+// job stores results and asks its strategy, so two busy jobs on one GPU in
+// practice alternate, whatever their weights.
 #ifndef KTUNE_SERVER_DAEMON_FAIR_GATE_H_
 #define KTUNE_SERVER_DAEMON_FAIR_GATE_H_
 
@@ -43,8 +45,11 @@ class FairGate {
   FairGate(const FairGate&) = delete;
   FairGate& operator=(const FairGate&) = delete;
 
+  // Members blocked in Acquire now.
+  std::size_t waiting() const;
+
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool busy_ = false;
   double virtual_time_ = 0;  // the pass of the latest turn granted
@@ -67,9 +72,6 @@ class GatedDevice final : public Device {
   void Prefetch(const std::vector<Config>& configs) override { inner_->Prefetch(configs); }
   bool can_remeasure() const override { return inner_->can_remeasure(); }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
-
-  Device& inner() { return *inner_; }
-  std::int64_t turns() const { return member_.turns(); }
 
  private:
   std::unique_ptr<Device> inner_;

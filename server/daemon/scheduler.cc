@@ -77,8 +77,6 @@ struct Scheduler::Entry {
 
   std::mutex events_mu;
   std::vector<std::shared_ptr<Subscription>> subs;
-  JobState state = JobState::kQueued;
-  v1::Progress progress;
 };
 
 Scheduler::Scheduler(SchedulerOptions options)
@@ -319,8 +317,6 @@ void Scheduler::Dispatch() {
 
 void Scheduler::Broadcast(Entry& e, const v1::JobEvent& event, bool last) {
   std::lock_guard<std::mutex> lock(e.events_mu);
-  if (event.event_case() == v1::JobEvent::kState) e.state = JobStateFromProto(event.state());
-  if (event.event_case() == v1::JobEvent::kProgress) e.progress = event.progress();
   for (const auto& sub : e.subs) {
     if (sub->replaying) {
       sub->held.emplace_back(event, last);
@@ -665,7 +661,6 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
     Unwatch(sink.get());
     return job.status();
   }
-  const bool ended = e == nullptr || Finished(JobStateFromProto(job->state()));
   v1::JobEvent state = StateEvent(id, job->state());
   sink->Deliver(state, false);
   for (const v1::MeasurementRecord& m : job->measurements()) {
@@ -686,7 +681,6 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
     sink->Deliver(state, /*last=*/true);
     return absl::OkStatus();
   }
-  (void)ended;
   // Hand over to live events: those that came in meanwhile first.
   std::lock_guard<std::mutex> lock(e->events_mu);
   // Delivers the held events not already replayed; true if the last was
@@ -731,11 +725,6 @@ void Scheduler::Unwatch(const EventSink* sink) {
     std::lock_guard<std::mutex> lock(e->events_mu);
     std::erase_if(e->subs, [&](const auto& s) { return s->sink.get() == sink; });
   }
-}
-
-std::pair<int, int> Scheduler::counts() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {static_cast<int>(queue_.size()), running_};
 }
 
 }  // namespace ktune

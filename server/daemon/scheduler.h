@@ -31,12 +31,12 @@
 namespace ktune {
 
 struct SchedulerLimits {
-  int max_running = 4;               // jobs running at once (all devices)
-  int max_queued = 256;              // jobs waiting
-  std::int64_t max_evaluations = 0;  // per job; 0: none
-  double max_space = 0;              // configurations per job; 0: none
-  double max_wall_seconds = 0;       // per job; 0: none
-  double max_kernel_seconds = 0;     // per launch (measurement.kernel_timeout); 0: none
+  int max_running = 4;                  // jobs running at once (all devices)
+  int max_queued = 256;                 // jobs waiting
+  std::int64_t max_evaluations = 0;     // per job; 0: none
+  double max_space = 0;                 // configurations per job; 0: none
+  double max_wall_seconds = 0;          // per job; 0: none
+  double max_kernel_seconds = 0;        // per launch (measurement.kernel_timeout); 0: none
   std::int64_t max_argument_bytes = 0;  // GPU memory of a job's buffers; 0: none
 };
 
@@ -82,9 +82,6 @@ class Scheduler {
   // the last event or Unwatch.
   absl::Status Watch(const v1::WatchJobRequest& request, std::shared_ptr<EventSink> sink);
   void Unwatch(const EventSink* sink);
-
-  // Jobs queued, running; for tests and logs.
-  std::pair<int, int> counts();
 
   // A best answer from the cache, when it is current; never touches the
   // store (safe on a gRPC thread).

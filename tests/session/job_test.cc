@@ -113,7 +113,8 @@ TEST(JobSpecTest, MalformedJobFilesNameTheProblem) {
        "verification.reference_config: key '3': value '3' at position 1"},
       {R"({"kernel": {"name": "k", "file": "/nonexistent/k.cu"}, "parameters": [{"name": "a", "ints": [1]}]})",
        "kernel.file: /nonexistent/k.cu: no such file"},
-      {WithParams(R"([{"name": "a", "ints": [1]}])", R"(, "measurement": {"load": {"kind": "UNDER_LOAD"}})"),
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "measurement": {"load": {"kind": "UNDER_LOAD"}})"),
        "measurement.load.kind: UNDER_LOAD is not supported yet"},
   };
   for (const BadSpec& c : resolve_errors) {

@@ -15,7 +15,6 @@
 namespace ktune {
 namespace {
 
-
 constexpr int kDefaultFinalContenders = 3;
 
 }  // namespace
