@@ -91,7 +91,9 @@ const CommandSpec kTuneCommand{
     "goes to a ktuned daemon (the kernel source inline); --wait follows it.",
     WithRemoteFlags(
         {{"local", "", "run here, without a daemon"},
-         {"device", "DEVICE", "where to run: 0, cuda:0, a GPU UUID, or sim:FILE"},
+         {"device", "DEVICE",
+          "where to run: 0, cuda:0, a GPU UUID, or sim:FILE; several of one model, comma-separated "
+          "(0,1) or all, spread the job over them"},
          kDbFlag,
          {"strategy", "NAME",
           "search strategy: auto (default), bayes, genetic, local, annealing, random, brute_force"},
@@ -295,7 +297,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   if (auto d = args.Get("device")) {
     device_arg = *d;
   } else if (spec.device().devices_size() > 0) {
-    device_arg = spec.device().devices(0);
+    device_arg = StrJoin({spec.device().devices().begin(), spec.device().devices().end()}, ",");
     device_base = base_dir;
   } else {
     return Failure{kExitInvalidInput,
@@ -324,7 +326,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   }
   std::unique_ptr<Device> device = *std::move(opened);
   spec.mutable_device()->clear_devices();
-  spec.mutable_device()->add_devices(device_arg);
+  for (const std::string& d : StrSplit(device_arg, ',')) spec.mutable_device()->add_devices(d);
 
   // 3. The job.
   absl::StatusOr<Job> job = ResolveJobOn(spec, base_dir, *device);

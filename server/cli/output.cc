@@ -1,5 +1,6 @@
 #include "server/cli/output.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -56,6 +57,57 @@ Json JobToJson(const JobRecord& job) {
   return j;
 }
 
+// The load profile and what was measured under it; only what applies.
+Json ConditionsJson(const Conditions& c) {
+  Json j = Json::MakeObject();
+  std::string kind = v1::LoadProfile::Kind_Name(c.load);
+  for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  j.Set("load", kind);
+  if (c.canary_slowdown > 0) j.Set("canary_slowdown", c.canary_slowdown);
+  if (c.load_throughput > 0) j.Set("load_throughput", c.load_throughput);
+  if (!c.load_rates.empty()) {
+    Json rates = Json::MakeObject();
+    for (const auto& [k, v] : c.load_rates) rates.Set(k, v);
+    j.Set("load_rates", std::move(rates));
+  }
+  if (c.instances > 0) j.Set("instances", c.instances);
+  if (c.streams > 0) j.Set("streams", c.streams);
+  if (c.instances > 0 && c.throughput > 0) j.Set("instances_per_s", c.throughput);
+  if (c.overlap > 0) {
+    j.Set("bytes_per_s", c.throughput);
+    j.Set("h2d_ms", c.h2d_ms);
+    j.Set("kernel_ms", c.kernel_ms);
+    j.Set("d2h_ms", c.d2h_ms);
+    j.Set("ideal_ms", std::max(c.h2d_ms + c.d2h_ms, c.kernel_ms));
+    j.Set("overlap", c.overlap);
+  }
+  if (!c.device.empty()) j.Set("device", c.device);
+  return j;
+}
+
+// One line for a measurement's load and throughput ("" when isolated).
+std::string ConditionsText(const Conditions& c) {
+  std::string out;
+  char buf[160];
+  if (c.load == v1::LoadProfile::UNDER_LOAD) {
+    std::snprintf(buf, sizeof buf, "under load: canary %.2fx, load got %.0f%%", c.canary_slowdown,
+                  100 * c.load_throughput);
+    out += buf;
+  }
+  if (c.instances > 0 && c.throughput > 0) {
+    std::snprintf(buf, sizeof buf, "%d instances / %d streams: %.4g per s", c.instances, c.streams,
+                  c.throughput);
+    out += buf;
+  }
+  if (c.overlap > 0) {
+    std::snprintf(buf, sizeof buf, "%.4g GB/s, overlap %.2fx (stages %.3g + %.3g + %.3g ms)",
+                  c.throughput / 1e9, c.overlap, c.h2d_ms, c.kernel_ms, c.d2h_ms);
+    out += buf;
+  }
+  if (!c.device.empty()) out += (out.empty() ? "on " : ", on ") + c.device;
+  return out;
+}
+
 Json MeasurementToJson(const StoredMeasurement& m) {
   const Measurement& r = m.measurement;
   Json j = Json::MakeObject();
@@ -82,6 +134,7 @@ Json MeasurementToJson(const StoredMeasurement& m) {
   j.Set("compile_ms", r.compile_time.count());
   j.Set("cost_ms", r.cost.count());
   j.Set("message", r.message);
+  j.Set("conditions", ConditionsJson(r.conditions));
   j.Set("measured_at", m.measured_at);
   return j;
 }
@@ -121,6 +174,7 @@ Json TuneSummaryJson(const TuneSummary& s) {
     best.Set("key", s.best->key);
     best.Set("config", ConfigJson(s.best->config_json));
     best.Set("time_ms", s.best->measurement.time.count());
+    best.Set("conditions", ConditionsJson(s.best->measurement.conditions));
     if (s.objective_id != "time") {
       best.Set("objective", s.best->objective ? Json(*s.best->objective) : Json());
     }
@@ -164,6 +218,9 @@ void PrintTuneSummary(const TuneSummary& s, bool json) {
       std::cout << "  " << s.objective_name << " = " << *s.best->objective;
     }
     std::cout << "\n          " << s.best->config_json << "\n";
+    if (std::string c = ConditionsText(s.best->measurement.conditions); !c.empty()) {
+      std::cout << "          " << c << "\n";
+    }
   } else {
     std::cout << "best      none (no configuration succeeded)\n";
   }
@@ -204,11 +261,12 @@ void PrintShow(const JobRecord& job, const std::vector<StoredMeasurement>& ms, b
             << "problem   " << ProblemToJson(job.problem) << "\n"
             << "strategy  " << job.strategy << ", seed " << job.seed << "\n"
             << "evaluated " << job.evaluations << "\n\n";
-  std::printf("%6s  %-32s  %-22s  %s\n", "SEQ", "KEY", "STATUS", "TIME");
+  std::printf("%6s  %-32s  %-22s  %-12s  %s\n", "SEQ", "KEY", "STATUS", "TIME", "CONDITIONS");
   for (const StoredMeasurement& m : ms) {
-    std::printf("%6lld  %-32s  %-22s  %s\n", static_cast<long long>(m.sequence), m.key.c_str(),
-                CandidateStatusName(m.measurement.status),
-                m.measurement.ok() ? FormatMs(m.measurement.time.count()).c_str() : "-");
+    std::printf("%6lld  %-32s  %-22s  %-12s  %s\n", static_cast<long long>(m.sequence),
+                m.key.c_str(), CandidateStatusName(m.measurement.status),
+                m.measurement.ok() ? FormatMs(m.measurement.time.count()).c_str() : "-",
+                m.measurement.ok() ? ConditionsText(m.measurement.conditions).c_str() : "");
   }
 }
 

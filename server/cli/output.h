@@ -20,6 +20,11 @@ Json ProblemJson(const Problem& problem);
 Json JobToJson(const JobRecord& job);
 // {"sequence", "key", "config", "status", "time_ms" (null unless ok), ...}.
 Json MeasurementToJson(const StoredMeasurement& m);
+// A measurement's load profile, canary slowdown, load rates, throughput
+// (concurrent, pipeline) and the GPU that took it, as JSON and as one line
+// of text ("" for an isolated measurement on one device).
+Json ConditionsJson(const Conditions& c);
+std::string ConditionsText(const Conditions& c);
 Json BestToJson(const BestRecord& best);
 
 // A config's JSON text parsed back into an object (empty object if corrupt).

@@ -70,6 +70,7 @@ class GatedDevice final : public Device {
   absl::StatusOr<Measurement> Evaluate(const Config& config) override;
   int pipeline_depth() const override { return inner_->pipeline_depth(); }
   void Prefetch(const std::vector<Config>& configs) override { inner_->Prefetch(configs); }
+  void Forget(const std::vector<Config>& configs) override { inner_->Forget(configs); }
   bool can_remeasure() const override { return inner_->can_remeasure(); }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 

@@ -54,6 +54,7 @@ const CommandSpec kDaemonCommand{
       "a device to serve: 0, cuda:0, a GPU UUID or sim:FILE (repeatable; "
       "default: every GPU)",
       true},
+     {"devices", "LIST", "devices to serve, comma-separated (0,1), or all: every GPU"},
      {"max-running", "N", "jobs running at once (default 4)"},
      {"max-queued", "N", "jobs waiting; more are refused with RESOURCE_EXHAUSTED (default 256)"},
      {"max-evals", "N", "evaluations per job (default: no limit)"},
@@ -166,6 +167,12 @@ int Main(int argc, char** argv) {
   const char* env_db = std::getenv("KTUNE_DB");
   so.db_path = args->Get("db").value_or(env_db != nullptr && *env_db ? env_db : "ktune.db");
   so.devices = args->GetAll("device");
+  if (auto list = args->Get("devices"); list && *list != "all") {
+    for (const std::string& d : StrSplit(*list, ',')) {
+      if (d.empty()) return invalid(StrCat("--devices ", *list, ": an empty entry"));
+      so.devices.push_back(d);
+    }
+  }
   so.device_options.worker_program = SelfExecutable();
   auto read_int = [&](const char* name, std::int64_t min, std::int64_t max,
                       std::int64_t* out) -> bool {

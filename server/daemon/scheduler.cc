@@ -12,6 +12,7 @@
 #include "server/common/convert.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
+#include "tuner/device/device_group.h"
 #include "tuner/device/simulated_device.h"
 #include "tuner/session/session.h"
 
@@ -64,9 +65,13 @@ struct Scheduler::Entry {
   int priority = 0;
   std::uint64_t order = 0;
   DeviceSlot* slot = nullptr;
+  // A job spread over several GPUs of one model: all its slots, `slot`
+  // first.
+  std::vector<DeviceSlot*> slots;
   Job job;
   JobRecord record;
-  std::unique_ptr<GatedDevice> device;
+  std::unique_ptr<Device> device;
+  std::vector<std::unique_ptr<Device>> spare;  // while submitting: the group's other members
   BuiltStrategy strategy;
   std::atomic<bool> stop{false};
   bool existed = false;    // the store knew the job when it was submitted
@@ -169,30 +174,60 @@ void Scheduler::Shutdown() {
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec spec, int priority,
                                                                      bool resuming) {
   // The device: the first of the spec's that this daemon serves.
-  DeviceSlot* slot = nullptr;
+  std::vector<DeviceSlot*> slots;
   if (spec.device().devices_size() == 0) {
-    slot = devices_.front().get();
+    // The device with the fewest jobs queued or running.
+    std::map<const DeviceSlot*, int> load;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, other] : active_) {
+        for (const DeviceSlot* d : other->slots) ++load[d];
+      }
+    }
+    DeviceSlot* best = devices_.front().get();
+    for (const auto& d : devices_) {
+      if (load[d.get()] < load[best]) best = d.get();
+    }
+    slots.push_back(best);
   } else {
     for (const std::string& want : spec.device().devices()) {
+      DeviceSlot* found = nullptr;
       for (const auto& d : devices_) {
         if (want == d->locator || want == d->info.id || want == d->info.name ||
             want == d->info.uuid) {
-          slot = d.get();
-          break;
+          // A model name matches every GPU of that model: the first free.
+          if (std::find(slots.begin(), slots.end(), d.get()) == slots.end()) {
+            found = d.get();
+            break;
+          }
         }
       }
-      if (slot != nullptr) break;
+      if (found == nullptr) {
+        std::vector<std::string> served;
+        for (const auto& d : devices_) {
+          served.push_back(StrCat(d->locator, " (", d->info.name, ")"));
+        }
+        return absl::InvalidArgumentError(StrCat(
+            "device.devices: '", want,
+            "' is not served by this daemon (or named twice); it serves ", StrJoin(served, ", ")));
+      }
+      slots.push_back(found);
     }
-    if (slot == nullptr) {
-      std::vector<std::string> served;
-      for (const auto& d : devices_) served.push_back(StrCat(d->locator, " (", d->info.name, ")"));
-      return absl::InvalidArgumentError(
-          StrCat("device.devices: none of them is served by this daemon; it serves ",
-                 StrJoin(served, ", ")));
+    for (const DeviceSlot* d : slots) {
+      const DeviceInfo& a = slots.front()->info;
+      const DeviceInfo& b = d->info;
+      if (a.name != b.name || a.architecture != b.architecture ||
+          a.memory_bytes != b.memory_bytes || a.simulated != b.simulated ||
+          (a.simulated && a.uuid != b.uuid)) {
+        return absl::InvalidArgumentError(StrCat(
+            "device.devices: ", slots.front()->locator, " (", a.name, ") and ", d->locator, " (",
+            b.name, ") are not the same model; one job's measurements never mix models"));
+      }
     }
   }
+  DeviceSlot* slot = slots.front();
   spec.mutable_device()->clear_devices();
-  spec.mutable_device()->add_devices(slot->locator);
+  for (const DeviceSlot* d : slots) spec.mutable_device()->add_devices(d->locator);
 
   // A stored job over a recording keeps the recording's kernel name and
   // parameters in its spec, without source: it reads back as the recording.
@@ -231,15 +266,29 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
 
   auto e = std::make_shared<Entry>();
   e->slot = slot;
+  e->slots = slots;
   e->priority = priority;
   // The job, resolved against the device (a simulated one replays its
   // recording when the spec has no kernel).
   std::unique_ptr<Device> device;
   if (slot->probe != nullptr) {
-    auto* sim = static_cast<SimulatedDevice*>(slot->probe.get());
-    auto replay = std::make_unique<SimulatedDevice>(sim->shared_recording(), slot->locator);
-    if (options_.device_options.sim_speed > 0) replay->set_speed(options_.device_options.sim_speed);
-    device = std::move(replay);
+    std::vector<std::unique_ptr<Device>> replays;
+    for (DeviceSlot* d : slots) {
+      auto* sim = static_cast<SimulatedDevice*>(d->probe.get());
+      auto replay = std::make_unique<SimulatedDevice>(sim->shared_recording(), d->locator);
+      if (options_.device_options.sim_speed > 0) {
+        replay->set_speed(options_.device_options.sim_speed);
+      }
+      replays.push_back(std::move(replay));
+    }
+    if (replays.size() == 1) {
+      device = std::move(replays.front());
+    } else {
+      // Resolved against the first; the group is gated per device below.
+      device = std::move(replays.front());
+      replays.erase(replays.begin());
+      e->spare = std::move(replays);
+    }
   }
   absl::StatusOr<Job> job =
       device != nullptr
@@ -278,8 +327,11 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   e->record.priority = priority;
   e->id = e->record.id;
   if (device != nullptr) {
-    const double weight = std::pow(2.0, std::clamp(priority, -4, 4));
-    e->device = std::make_unique<GatedDevice>(std::move(device), slot->gate, weight);
+    std::vector<std::unique_ptr<Device>> members;
+    members.push_back(std::move(device));
+    for (auto& d : e->spare) members.push_back(std::move(d));
+    e->spare.clear();
+    KTUNE_ASSIGN_OR_RETURN(e->device, GateDevices(std::move(members), slots, priority));
   }
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,6 +355,22 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   queue_[{-priority, e->order}] = e;
   Dispatch();
   return e;
+}
+
+absl::StatusOr<std::unique_ptr<Device>> Scheduler::GateDevices(
+    std::vector<std::unique_ptr<Device>> members, const std::vector<DeviceSlot*>& slots,
+    int priority) {
+  // Each device's evaluations take turns at its own gate, so a job spread
+  // over several GPUs never overlaps another job's timed region on any.
+  const double weight = std::pow(2.0, std::clamp(priority, -4, 4));
+  std::vector<std::unique_ptr<Device>> gated;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    gated.push_back(std::make_unique<GatedDevice>(std::move(members[i]), slots[i]->gate, weight));
+  }
+  if (gated.size() == 1) return std::move(gated.front());
+  absl::StatusOr<std::unique_ptr<DeviceGroup>> group = DeviceGroup::Create(std::move(gated));
+  if (!group.ok()) return group.status();
+  return std::unique_ptr<Device>(*std::move(group));
 }
 
 void Scheduler::Dispatch() {
@@ -340,13 +408,24 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
     failure = StrCat("store: ", store.status().message());
   } else {
     if (e->device == nullptr) {
-      absl::StatusOr<std::unique_ptr<Device>> d =
-          OpenDevice(e->slot->locator, options_.device_options);
-      if (d.ok()) {
-        const double weight = std::pow(2.0, std::clamp(e->priority, -4, 4));
-        e->device = std::make_unique<GatedDevice>(*std::move(d), e->slot->gate, weight);
-      } else {
-        failure = StrCat("device ", e->slot->locator, ": ", d.status().message());
+      std::vector<std::unique_ptr<Device>> members;
+      for (DeviceSlot* slot : e->slots) {
+        absl::StatusOr<std::unique_ptr<Device>> d =
+            OpenDevice(slot->locator, options_.device_options);
+        if (!d.ok()) {
+          failure = StrCat("device ", slot->locator, ": ", d.status().message());
+          break;
+        }
+        members.push_back(*std::move(d));
+      }
+      if (failure.empty()) {
+        absl::StatusOr<std::unique_ptr<Device>> gated =
+            GateDevices(std::move(members), e->slots, e->priority);
+        if (gated.ok()) {
+          e->device = *std::move(gated);
+        } else {
+          failure = std::string(gated.status().message());
+        }
       }
     }
     if (failure.empty()) {

@@ -100,6 +100,11 @@ class Scheduler {
 
   SchedulerOptions options_;
   std::vector<std::unique_ptr<DeviceSlot>> devices_;
+  // `members` (one per slot) behind their slots' gates, grouped when
+  // several.
+  absl::StatusOr<std::unique_ptr<Device>> GateDevices(std::vector<std::unique_ptr<Device>> members,
+                                                      const std::vector<DeviceSlot*>& slots,
+                                                      int priority);
   boost::asio::thread_pool runners_;
 
   std::mutex mu_;

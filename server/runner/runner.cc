@@ -10,6 +10,7 @@
 #include "tuner/base/file.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
+#include "tuner/device/device_group.h"
 #include "tuner/device/simulated_device.h"
 #include "tuner/session/warm_start.h"
 #ifdef KTUNE_HAVE_CUDA
@@ -23,6 +24,47 @@ namespace ktune {
 
 absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
                                                    const OpenDeviceOptions& options) {
+  // Several devices ("0,1", "all"): one job spread over them.
+  std::vector<std::string> parts;
+  if (locator == "all") {
+#ifdef KTUNE_HAVE_CUDA
+    absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
+        ListCudaDevices(WorkerProgram{options.worker_program});
+    if (!gpus.ok()) return gpus.status();
+    for (const v1::WorkerDeviceInfo& g : *gpus) parts.push_back(StrCat("cuda:", g.ordinal()));
+    if (parts.empty()) return absl::FailedPreconditionError("all: this machine has no GPU");
+#else
+    return absl::FailedPreconditionError(
+        "all: this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
+#endif
+  } else if (locator.find(',') != std::string::npos) {
+    parts = StrSplit(locator, ',');
+  }
+  if (parts.size() == 1) return OpenDevice(parts.front(), options);
+  if (parts.size() > 1) {
+    OpenDeviceOptions one = options;
+    const bool gpu = std::any_of(parts.begin(), parts.end(),
+                                 [](const std::string& p) { return p.rfind("sim:", 0) != 0; });
+    if (gpu && one.compile_pool == nullptr) {
+      // One NVRTC pool for the group: a configuration compiles once,
+      // whichever GPU measures it.
+      absl::StatusOr<std::shared_ptr<CompilePool>> pool = StartSharedCompilePool(one);
+      if (!pool.ok()) return pool.status();
+      one.compile_pool = *std::move(pool);
+    }
+    std::vector<std::unique_ptr<Device>> members;
+    for (const std::string& part : parts) {
+      if (part.empty() || part.find(',') != std::string::npos || part == "all") {
+        return absl::InvalidArgumentError(StrCat("'", locator, "': an empty or malformed entry"));
+      }
+      absl::StatusOr<std::unique_ptr<Device>> d = OpenDevice(part, one);
+      if (!d.ok()) return absl::Status(d.status().code(), StrCat(part, ": ", d.status().message()));
+      members.push_back(*std::move(d));
+    }
+    absl::StatusOr<std::unique_ptr<DeviceGroup>> group = DeviceGroup::Create(std::move(members));
+    if (!group.ok()) return group.status();
+    return std::unique_ptr<Device>(*std::move(group));
+  }
   if (locator.rfind("sim:", 0) == 0) {
     std::string path = locator.substr(4);
     if (path.empty()) return absl::InvalidArgumentError("sim: needs a file name (sim:FILE)");
@@ -77,7 +119,11 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
 absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
                                  Device& device) {
   if (spec.has_kernel()) return ResolveJob(spec, base_dir);
-  auto* sim = dynamic_cast<SimulatedDevice*>(&device);
+  // A group of replays resolves against its first member's recording (the
+  // members share one).
+  const Device* probe = &device;
+  if (const auto* group = dynamic_cast<const DeviceGroup*>(&device)) probe = &group->member(0);
+  const auto* sim = dynamic_cast<const SimulatedDevice*>(probe);
   if (sim == nullptr) {
     return absl::InvalidArgumentError(
         "kernel: a GPU tunes a kernel given by the job spec (only a simulated device "
@@ -125,6 +171,16 @@ absl::Status CheckDataFiles(const v1::JobSpec& spec) {
         "verification.expected_data: data files cannot be sent to a daemon; verify against a "
         "reference configuration or a reference kernel");
   }
+  const v1::LoadProfile& load = spec.measurement().load();
+  for (int c = 0; c < load.companions_size(); ++c) {
+    for (int i = 0; i < load.companions(c).arguments_size(); ++i) {
+      if (load.companions(c).arguments(i).buffer().init_case() == v1::Buffer::kFile) {
+        return absl::InvalidArgumentError(
+            StrCat("measurement.load.companions[", c, "].arguments[", i,
+                   "].buffer.file: a data file cannot be sent to a daemon"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -170,6 +226,11 @@ absl::Status InlineFiles(v1::JobSpec& spec, const std::string& base_dir) {
         "verification.reference_kernel.kernel",
         *spec.mutable_verification()->mutable_reference_kernel()->mutable_kernel(), base_dir));
   }
+  v1::LoadProfile& load = *spec.mutable_measurement()->mutable_load();
+  for (int c = 0; c < load.companions_size(); ++c) {
+    KTUNE_RETURN_IF_ERROR(InlineKernel(StrCat("measurement.load.companions[", c, "].kernel"),
+                                       *load.mutable_companions(c)->mutable_kernel(), base_dir));
+  }
   return absl::OkStatus();
 }
 
@@ -179,6 +240,11 @@ absl::Status RejectFileReferences(const v1::JobSpec& spec) {
   if (spec.verification().has_reference_kernel()) {
     KTUNE_RETURN_IF_ERROR(RejectKernelFiles("verification.reference_kernel.kernel",
                                             spec.verification().reference_kernel().kernel()));
+  }
+  const v1::LoadProfile& load = spec.measurement().load();
+  for (int c = 0; c < load.companions_size(); ++c) {
+    KTUNE_RETURN_IF_ERROR(RejectKernelFiles(StrCat("measurement.load.companions[", c, "].kernel"),
+                                            load.companions(c).kernel()));
   }
   return absl::OkStatus();
 }

@@ -215,6 +215,34 @@ TEST_F(CliTest, AWarmStartTriesTheBestKnownConfigurationFirst) {
   EXPECT_THAT(cold.err, Not(HasSubstr("warm start")));
 }
 
+TEST_F(CliTest, AJobSpreadOverTwoDevicesOfOneModel) {
+  const std::string pnpoly = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  // The same recording under another name: a second device of the model.
+  const std::string copy = dir_ + "/pnpoly_copy.json.gz";
+  {
+    std::ifstream in(kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz", std::ios::binary);
+    std::ofstream(copy, std::ios::binary) << in.rdbuf();
+  }
+  const Json t = RunJson({"tune", "--local", "--device", pnpoly + ",sim:" + copy, "--strategy",
+                          "brute_force", "--db", Db(), "--json"});
+  EXPECT_EQ(t.Find("state")->as_string(), "succeeded");
+  EXPECT_EQ(t.Find("evaluations")->as_int(), 4092);
+  const std::string id = t.Find("job_id")->as_string();
+  const Json show = RunJson({"show", id, "--db", Db(), "--json"});
+  std::map<std::string, int> by_device;
+  for (const Json& m : show.Find("measurements")->as_array()) {
+    if (m.Find("status")->as_string() != "ok") continue;
+    ++by_device[m.Find("conditions")->Find("device")->as_string()];
+  }
+  EXPECT_EQ(by_device.size(), 2u);  // both took a share, each named
+  // Two models never make one job.
+  const std::string conv = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  const RunResult mixed =
+      Run({"tune", "--local", "--device", pnpoly + "," + conv, "--db", tmp_.File("m.db")});
+  EXPECT_EQ(mixed.code, 2);
+  EXPECT_THAT(mixed.err, HasSubstr("are not the same model"));
+}
+
 TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {
   const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
   const Json t = RunJson(

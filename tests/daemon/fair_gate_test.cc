@@ -8,8 +8,67 @@
 #include <thread>
 #include <vector>
 
+#include "tuner/device/device_group.h"
+
 namespace ktune {
 namespace {
+
+// A GPU double that counts the evaluations inside it at once.
+class CountingDevice final : public Device {
+ public:
+  CountingDevice(const std::string& id, std::atomic<int>* inside, std::atomic<int>* overlaps)
+      : inside_(inside), overlaps_(overlaps) {
+    info_.id = id;
+    info_.name = "NVIDIA H200";
+    info_.uuid = "uuid-" + id;
+  }
+  const DeviceInfo& info() const override { return info_; }
+  bool replays_recorded_time() const override { return false; }
+  absl::Status Bind(const JobBinding&) override { return absl::OkStatus(); }
+  absl::StatusOr<Measurement> Evaluate(const Config&) override {
+    if (inside_->fetch_add(1) != 0) ++*overlaps_;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    inside_->fetch_sub(1);
+    Measurement m;
+    m.time = Millis(1);
+    return m;
+  }
+
+ private:
+  DeviceInfo info_;
+  std::atomic<int>* inside_;
+  std::atomic<int>* overlaps_;
+};
+
+// Two jobs, each spread over both GPUs, and a third on one of them: on
+// each GPU the gate lets one evaluation in at a time.
+TEST(FairGateTest, JobsSpreadOverSeveralGpusNeverOverlapOnAny) {
+  FairGate gate0, gate1;
+  std::atomic<int> inside0{0}, inside1{0}, overlaps{0};
+  auto group = [&] {
+    std::vector<std::unique_ptr<Device>> members;
+    members.push_back(std::make_unique<GatedDevice>(
+        std::make_unique<CountingDevice>("cuda:0", &inside0, &overlaps), gate0, 1.0));
+    members.push_back(std::make_unique<GatedDevice>(
+        std::make_unique<CountingDevice>("cuda:1", &inside1, &overlaps), gate1, 1.0));
+    absl::StatusOr<std::unique_ptr<DeviceGroup>> g = DeviceGroup::Create(std::move(members));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return std::unique_ptr<Device>(*std::move(g));
+  };
+  std::unique_ptr<Device> a = group(), b = group();
+  GatedDevice c(std::make_unique<CountingDevice>("cuda:1", &inside1, &overlaps), gate1, 1.0);
+  auto job = [](Device& d) {
+    std::vector<Config> configs;
+    for (std::uint32_t i = 0; i < 60; ++i) configs.push_back(Config{{i}});
+    d.Prefetch(configs);
+    for (const Config& cfg : configs) EXPECT_TRUE(d.Evaluate(cfg).ok());
+  };
+  std::thread ta(job, std::ref(*a)), tb(job, std::ref(*b)), tc(job, std::ref(c));
+  ta.join();
+  tb.join();
+  tc.join();
+  EXPECT_EQ(overlaps.load(), 0);
+}
 
 TEST(FairGateTest, OneHolderAtATime) {
   FairGate gate;

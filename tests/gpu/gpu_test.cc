@@ -6,12 +6,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 
+#include "server/runner/runner.h"
 #include "strategies/registry.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/device/cuda_device.h"
+#include "tuner/device/device_group.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -46,10 +49,12 @@ class GpuTest : public ::testing::Test {
     store_ = std::make_unique<Store>(*Store::Open(tmp_.File("gpu.db"), true));
   }
 
-  Job LoadJob(const std::string& name, const std::map<std::string, std::int64_t>& problem = {}) {
+  Job LoadJob(const std::string& name, const std::map<std::string, std::int64_t>& problem = {},
+              const std::function<void(v1::JobSpec&)>& edit = nullptr) {
     absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(KernelDir() + "/" + name + ".json");
     EXPECT_TRUE(spec.ok()) << spec.status();
     for (const auto& [k, v] : problem) (*spec->mutable_problem())[k] = v;
+    if (edit) edit(*spec);
     absl::StatusOr<Job> job = ResolveJob(*spec, KernelDir());
     EXPECT_TRUE(job.ok()) << job.status();
     return *std::move(job);
@@ -155,6 +160,136 @@ TEST_F(GpuTest, LibraryKernelsTuneAndVerify) {
     std::printf("%-10s best %-16s %.4f ms (%d of 12 ok)\n", name.c_str(), r.best->key.c_str(),
                 r.best->measurement.time.count(), ok);
   }
+}
+
+// Under a declared load the canary shows the contention, and the load's
+// own rates are recorded with every measurement.
+TEST_F(GpuTest, UnderLoadRecordsTheCanaryAndTheLoad) {
+  const Job job = LoadJob("triad", {{"N", 1 << 24}}, [](v1::JobSpec& spec) {
+    v1::LoadProfile* load = spec.mutable_measurement()->mutable_load();
+    load->set_kind(v1::LoadProfile::UNDER_LOAD);
+    load->set_bandwidth_fraction(0.5);
+    load->set_compute_sms(8);
+    load->set_h2d_fraction(0.25);
+    load->set_d2h_fraction(0.25);
+    v1::CompanionKernel* c = load->add_companions();
+    c->mutable_kernel()->set_name("scale");
+    c->mutable_kernel()->set_code(
+        "extern \"C\" __global__ void scale(float* x, int n) {\n"
+        "  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)"
+        " x[i] = x[i] * 0.5f + 1.0f;\n}\n");
+    c->mutable_launch()->add_grid("64");
+    c->mutable_launch()->add_block("256");
+    v1::Argument* x = c->add_arguments();
+    x->set_name("x");
+    x->set_type(v1::Argument::F32);
+    x->mutable_buffer()->set_size("N");
+    x->mutable_buffer()->set_direction(v1::Buffer::INOUT);
+    v1::Argument* n = c->add_arguments();
+    n->set_name("n");
+    n->set_type(v1::Argument::I32);
+    n->set_scalar("N");
+    c->set_intensity(0.5);
+  });
+  const SessionResult r = Tune(job, "random", 6);
+  ASSERT_TRUE(r.best.has_value());
+  int ok = 0;
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    if (!m.measurement.ok()) continue;
+    ++ok;
+    const Conditions& c = m.measurement.conditions;
+    EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
+    EXPECT_GT(c.canary_slowdown, 1.0) << key;  // a bandwidth load slows a copy
+    EXPECT_GT(c.load_throughput, 0.0) << key;
+    for (const char* rate :
+         {"bandwidth_gbs", "compute_tflops", "h2d_gbs", "d2h_gbs", "companion0_per_s"}) {
+      ASSERT_EQ(c.load_rates.count(rate), 1u) << key << " " << rate;
+      EXPECT_GT(c.load_rates.at(rate), 0.0) << key << " " << rate;
+    }
+    std::printf("under load %-10s %.4f ms  canary %.2fx  load %.0f%%  %.0f GB/s  %.1f TFLOP/s\n",
+                key.c_str(), m.measurement.time.count(), c.canary_slowdown, 100 * c.load_throughput,
+                c.load_rates.at("bandwidth_gbs"), c.load_rates.at("compute_tflops"));
+  }
+  EXPECT_GE(ok, 4);
+}
+
+TEST_F(GpuTest, ConcurrentInstancesGiveAThroughput) {
+  const Job job = LoadJob("saxpy", {{"N", 1 << 20}}, [](v1::JobSpec& spec) {
+    v1::LoadProfile* load = spec.mutable_measurement()->mutable_load();
+    load->set_kind(v1::LoadProfile::CONCURRENT);
+    load->set_instances(8);
+    load->set_streams(4);
+  });
+  const SessionResult r = Tune(job, "random", 6);
+  ASSERT_TRUE(r.best.has_value());
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    if (!m.measurement.ok()) continue;
+    const Conditions& c = m.measurement.conditions;
+    EXPECT_EQ(c.load, v1::LoadProfile::CONCURRENT);
+    EXPECT_EQ(c.instances, 8);
+    EXPECT_EQ(c.streams, 4);
+    EXPECT_NEAR(c.throughput, 1e3 / m.measurement.time.count(), 1e-6 * c.throughput);
+  }
+}
+
+TEST_F(GpuTest, PipelineJobsVerifyAndReportTheirStages) {
+  const Job job = LoadJob("pipeline", {{"N", 1 << 24}});
+  const SessionResult r = Tune(job, "random", 8);
+  ASSERT_TRUE(r.best.has_value());
+  int ok = 0;
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    EXPECT_NE(m.measurement.status, CandidateStatus::kWrongResult) << key << m.measurement.message;
+    if (!m.measurement.ok()) continue;
+    ++ok;
+    const Conditions& c = m.measurement.conditions;
+    EXPECT_GT(c.h2d_ms, 0) << key;
+    EXPECT_GT(c.kernel_ms, 0) << key;
+    EXPECT_GT(c.d2h_ms, 0) << key;
+    EXPECT_GT(c.overlap, 0) << key;
+    EXPECT_NEAR(c.throughput, 2.0 * 4 * (1 << 24) / (m.measurement.time.count() * 1e-3),
+                1e-6 * c.throughput);
+    std::printf("pipeline %-12s %.3f ms  %.1f GB/s  overlap %.2fx\n", key.c_str(),
+                m.measurement.time.count(), c.throughput / 1e9, c.overlap);
+  }
+  EXPECT_GE(ok, 6);
+  // A kernel that writes the wrong values is caught end to end.
+  const Job wrong = LoadJob("pipeline", {{"N", 1 << 22}}, [](v1::JobSpec& spec) {
+    (*spec.mutable_kernel()->mutable_defines())["work"] = "96 + (block_size_x == 512)";
+    spec.add_constraints("streams == 1 && chunk_mib >= 32");  // the reference among them
+  });
+  const SessionResult w = Tune(wrong, "brute_force", 0);
+  int bad = 0;
+  for (const auto& [key, m] : Measurements(w.job.id)) {
+    if (m.measurement.status == CandidateStatus::kWrongResult) {
+      ++bad;
+      EXPECT_THAT(m.measurement.message, HasSubstr("pipeline's output differ")) << key;
+    }
+  }
+  EXPECT_GT(bad, 0);
+}
+
+TEST_F(GpuTest, AJobSpreadsOverTwoGpus) {
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(Program());
+  ASSERT_TRUE(gpus.ok());
+  if (gpus->size() < 2) GTEST_SKIP() << "one GPU";
+  OpenDeviceOptions o;
+  o.worker_program = Program().path;
+  absl::StatusOr<std::unique_ptr<Device>> group = OpenDevice("0,1", o);
+  ASSERT_TRUE(group.ok()) << group.status();
+  const Job job = LoadJob("saxpy", {{"N", 1 << 22}});
+  StrategyOptions so;
+  auto s = MakeStrategy("brute_force", *job.space, so);
+  ASSERT_TRUE(s.ok());
+  Session session(job, **group, **s, "brute_force");
+  absl::StatusOr<SessionResult> r = session.Run(*store_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, int> per_device;
+  for (const auto& [key, m] : Measurements(r->job.id)) {
+    EXPECT_NE(m.measurement.status, CandidateStatus::kWrongResult) << key;
+    ++per_device[m.measurement.conditions.device];
+  }
+  EXPECT_GT(per_device["cuda:0"], 0);
+  EXPECT_GT(per_device["cuda:1"], 0);
 }
 
 }  // namespace

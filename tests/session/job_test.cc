@@ -115,13 +115,45 @@ TEST(JobSpecTest, MalformedJobFilesNameTheProblem) {
        "kernel.file: /nonexistent/k.cu: no such file"},
       {WithParams(R"([{"name": "a", "ints": [1]}])",
                   R"(, "measurement": {"load": {"kind": "UNDER_LOAD"}})"),
-       "measurement.load.kind: UNDER_LOAD is not supported yet"},
+       "measurement.load: UNDER_LOAD needs a load"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "measurement": {"load": {"kind": "UNDER_LOAD", "bandwidthFraction": 1.5}})"),
+       "measurement.load.bandwidth_fraction: 1.5 is not in [0, 1]"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "measurement": {"load": {"bandwidthFraction": 0.5}})"),
+       "a background load is declared but kind is KIND_UNSPECIFIED"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "measurement": {"load": {"kind": "UNDER_LOAD", "companions": )"
+                  R"([{"intensity": -0.5}]}})"),
+       "measurement.load.companions[0].intensity: -0.5 is not in [0, 1]"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])", R"(, "pipeline": {"elements": "1024"})"),
+       "pipeline.chunk_elements: required"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
+                  R"( "arguments": [{"name": "x", "type": "F32", "scalar": "1"}])"),
+       "arguments: a pipeline job's kernel takes (const T* in, T* out, unsigned long long n)"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
+                  R"( "measurement": {"load": {"kind": "CONCURRENT"}})"),
+       "a pipeline job is measured end to end, ISOLATED"},
   };
   for (const BadSpec& c : resolve_errors) {
     absl::StatusOr<Job> job = ResolveJob(Parse(c.text), ".");
     ASSERT_FALSE(job.ok()) << c.text;
     EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(job.status().message()), HasSubstr(c.message)) << c.text;
+  }
+}
+
+// Every job file shipped in kernels/ parses and resolves.
+TEST(JobSpecTest, ShippedKernelSpecsResolve) {
+  for (const char* name :
+       {"saxpy", "sgemm", "reduction", "transpose", "faults", "triad", "pipeline"}) {
+    const std::string dir = std::string(KTUNE_SOURCE_DIR) + "/kernels";
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    absl::StatusOr<Job> job = ResolveJob(*spec, dir);
+    EXPECT_TRUE(job.ok()) << name << ": " << job.status();
   }
 }
 

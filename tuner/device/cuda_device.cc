@@ -70,6 +70,50 @@ std::string ScalarBytes(v1::ElementType type, double v, std::int64_t i, bool is_
   return out;
 }
 
+// The initial contents of buffer argument `a` as the worker fills it.
+absl::Status InitBuffer(const v1::Argument& a, const v1::Buffer& b, bool input,
+                        const std::string& base_dir, const std::string& where,
+                        v1::WorkerBuffer* w) {
+  switch (b.init_case()) {
+    case v1::Buffer::kUniform:
+      *w->mutable_uniform() = v1::RandomFill();
+      w->mutable_uniform()->set_low(b.uniform().low());
+      w->mutable_uniform()->set_high(b.uniform().high());
+      w->mutable_uniform()->set_seed(b.uniform().seed() != 0 ? b.uniform().seed()
+                                                             : SeedFor(a.name()));
+      break;
+    case v1::Buffer::kNormal:
+      w->mutable_normal()->set_low(b.normal().low());
+      w->mutable_normal()->set_high(b.normal().high());
+      w->mutable_normal()->set_seed(b.normal().seed() != 0 ? b.normal().seed() : SeedFor(a.name()));
+      break;
+    case v1::Buffer::kConstant: w->set_constant(b.constant()); break;
+    case v1::Buffer::kIota:
+      w->mutable_iota()->set_start(b.iota().start());
+      w->mutable_iota()->set_step(b.iota().step() == 0 ? 1 : b.iota().step());
+      break;
+    case v1::Buffer::kFile: {
+      const std::string path =
+          b.file().empty() || b.file()[0] == '/' ? b.file() : StrCat(base_dir, "/", b.file());
+      absl::StatusOr<std::string> data = ReadFileContents(path);
+      if (!data.ok())
+        return absl::InvalidArgumentError(StrCat(where, ".buffer.file: ", data.status().message()));
+      w->set_data(*std::move(data));
+      break;
+    }
+    case v1::Buffer::kZeros: w->set_zeros(true); break;
+    case v1::Buffer::INIT_NOT_SET:
+      // Never time on all-zero data: inputs default to seeded noise.
+      if (input) {
+        w->mutable_uniform()->set_low(-1);
+        w->mutable_uniform()->set_high(1);
+        w->mutable_uniform()->set_seed(SeedFor(a.name()));
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 v1::CompileRequest BuildCompileRequest(const v1::JobSpec& spec, const std::string& source,
@@ -310,43 +354,7 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
     w->set_input(input);
     w->set_output(output);
     total_bytes += elements * static_cast<std::int64_t>(ElementBytes(type));
-    switch (b.init_case()) {
-      case v1::Buffer::kUniform:
-        *w->mutable_uniform() = v1::RandomFill();
-        w->mutable_uniform()->set_low(b.uniform().low());
-        w->mutable_uniform()->set_high(b.uniform().high());
-        w->mutable_uniform()->set_seed(b.uniform().seed() != 0 ? b.uniform().seed()
-                                                               : SeedFor(a.name()));
-        break;
-      case v1::Buffer::kNormal:
-        w->mutable_normal()->set_low(b.normal().low());
-        w->mutable_normal()->set_high(b.normal().high());
-        w->mutable_normal()->set_seed(b.normal().seed() != 0 ? b.normal().seed()
-                                                             : SeedFor(a.name()));
-        break;
-      case v1::Buffer::kConstant: w->set_constant(b.constant()); break;
-      case v1::Buffer::kIota:
-        w->mutable_iota()->set_start(b.iota().start());
-        w->mutable_iota()->set_step(b.iota().step() == 0 ? 1 : b.iota().step());
-        break;
-      case v1::Buffer::kFile: {
-        const std::string path =
-            b.file().empty() || b.file()[0] == '/' ? b.file() : StrCat(base_dir_, "/", b.file());
-        absl::StatusOr<std::string> data = ReadFileContents(path);
-        if (!data.ok()) return invalid(StrCat(where, ".buffer.file: ", data.status().message()));
-        w->set_data(*std::move(data));
-        break;
-      }
-      case v1::Buffer::kZeros: w->set_zeros(true); break;
-      case v1::Buffer::INIT_NOT_SET:
-        // Never time on all-zero data: inputs default to seeded noise.
-        if (input) {
-          w->mutable_uniform()->set_low(-1);
-          w->mutable_uniform()->set_high(1);
-          w->mutable_uniform()->set_seed(SeedFor(a.name()));
-        }
-        break;
-    }
+    KTUNE_RETURN_IF_ERROR(InitBuffer(a, b, input, base_dir_, where, w));
     buffer_index[a.name()] = setup_.buffers_size() - 1;
     setup_.add_argument_buffers(setup_.buffers_size() - 1);
   }
@@ -391,6 +399,78 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
   ws->set_atol(default_tolerance ? kDefaultAtol : ver.atol());
   ws->set_rtol(default_tolerance ? kDefaultRtol : ver.rtol());
   kernel_timeout_ = ms.has_kernel_timeout() ? FromDuration(ms.kernel_timeout()) : Millis(0);
+
+  // The load profile.
+  const v1::LoadProfile& load = ms.load();
+  load_kind_ =
+      load.kind() == v1::LoadProfile::KIND_UNSPECIFIED ? v1::LoadProfile::ISOLATED : load.kind();
+  v1::WorkerLoad* wl = setup_.mutable_load();
+  wl->set_kind(load_kind_);
+  instances_.reset();
+  streams_.reset();
+  if (load_kind_ == v1::LoadProfile::UNDER_LOAD) {
+    wl->set_bandwidth_fraction(load.bandwidth_fraction());
+    wl->set_compute_sms(std::min(load.compute_sms(), gpu_.multiprocessors()));
+    wl->set_h2d_fraction(load.h2d_fraction());
+    wl->set_d2h_fraction(load.d2h_fraction());
+    for (int i = 0; i < load.companions_size(); ++i) {
+      KTUNE_RETURN_IF_ERROR(AddCompanion(load.companions(i), i, symbols, wl->add_companions()));
+    }
+  } else if (load_kind_ == v1::LoadProfile::CONCURRENT) {
+    auto count = [&](const std::string& field, const std::string& text, int fixed) {
+      return compile(StrCat("measurement.load.", field),
+                     !text.empty() ? text : std::to_string(fixed > 0 ? fixed : 4), ValueType::kInt);
+    };
+    KTUNE_ASSIGN_OR_RETURN(
+        Expr k, count("instances_expression", load.instances_expression(), load.instances()));
+    KTUNE_ASSIGN_OR_RETURN(Expr st,
+                           count("streams_expression", load.streams_expression(), load.streams()));
+    instances_ = std::move(k);
+    streams_ = std::move(st);
+  }
+
+  // A pipeline job: the worker owns the host array and the chunk buffers.
+  pipeline_ = spec.has_pipeline();
+  pipe_chunk_.reset();
+  pipe_streams_.reset();
+  pipe_pinned_.reset();
+  pipe_bytes_ = 0;
+  if (pipeline_) {
+    const v1::Pipeline& p = spec.pipeline();
+    const auto type = p.type() == v1::Argument::TYPE_UNSPECIFIED
+                          ? v1::ELEMENT_F32
+                          : static_cast<v1::ElementType>(p.type());
+    KTUNE_ASSIGN_OR_RETURN(Expr elements,
+                           compile("pipeline.elements", p.elements(), ValueType::kInt));
+    if (!elements.is_constant()) {
+      return invalid("pipeline.elements: may depend on the problem only");
+    }
+    std::int64_t count = 0;
+    elements.EvaluateInt(nullptr, &count);
+    if (count <= 0) return invalid(StrCat("pipeline.elements: ", count, " elements"));
+    pipe_bytes_ = count * static_cast<std::int64_t>(ElementBytes(type));
+    if (pipe_bytes_ > gpu_.memory_bytes()) {
+      return invalid(StrCat("pipeline.elements: ", pipe_bytes_ >> 20,
+                            " MiB is more than the GPU's ", gpu_.memory_bytes() >> 20, " MiB"));
+    }
+    KTUNE_ASSIGN_OR_RETURN(Expr chunk,
+                           compile("pipeline.chunk_elements", p.chunk_elements(), ValueType::kInt));
+    KTUNE_ASSIGN_OR_RETURN(Expr streams, compile("pipeline.streams", p.streams(), ValueType::kInt));
+    KTUNE_ASSIGN_OR_RETURN(
+        Expr pinned,
+        compile("pipeline.pinned", p.pinned().empty() ? "1" : p.pinned(), ValueType::kInt));
+    pipe_chunk_ = std::move(chunk);
+    pipe_streams_ = std::move(streams);
+    pipe_pinned_ = std::move(pinned);
+    v1::WorkerPipeline* wp = setup_.mutable_pipeline();
+    wp->set_type(type);
+    wp->set_elements(count);
+    const bool given = p.has_input() && (p.input().low() != 0 || p.input().high() != 0);
+    wp->mutable_input()->set_low(given ? p.input().low() : -1);
+    wp->mutable_input()->set_high(given ? p.input().high() : 1);
+    wp->mutable_input()->set_seed(p.input().seed() != 0 ? p.input().seed()
+                                                        : SeedFor("pipeline input"));
+  }
 
   // Expected data given as files.
   if (ver.reference_case() == v1::Verification::kExpectedData) {
@@ -483,6 +563,12 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
   } else if (ver.reference_case() != v1::Verification::kExpectedData) {
     setup_.clear_verified();  // nothing to compare with
   }
+  if (pipeline_ && ver.reference_case() != v1::Verification::REFERENCE_NOT_SET &&
+      ver.reference_case() != v1::Verification::kReferenceConfig) {
+    return invalid(
+        "verification: a pipeline job is verified against a reference_config (the kernel's "
+        "arguments are the pipeline's own)");
+  }
 
   // The worker takes the job's arguments now, while the session asks for
   // the first candidates and they compile.
@@ -496,6 +582,117 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
   if (worker_) worker_->Kill();
   worker_.reset();
   return StartWorker();
+}
+
+absl::Status CudaDevice::AddCompanion(const v1::CompanionKernel& ck, int index,
+                                      SymbolTable& symbols, v1::WorkerCompanion* out) {
+  const std::string where = StrCat("measurement.load.companions[", index, "]");
+  auto invalid = [&](const std::string& m) { return absl::InvalidArgumentError(StrCat(where, m)); };
+  // Expressions of the problem only: a companion is the same for every
+  // candidate.
+  auto constant = [&](const std::string& field, const std::string& text, ValueType type, double* dv,
+                      std::int64_t* iv) -> absl::Status {
+    absl::StatusOr<Expr> e = Expr::CompileAs(text, symbols, type);
+    if (!e.ok()) return invalid(StrCat(".", field, ": ", e.status().message()));
+    if (!e->is_constant()) return invalid(StrCat(".", field, ": may depend on the problem only"));
+    EvalError err;
+    const bool ok = type == ValueType::kFloat ? e->EvaluateDouble(nullptr, dv, &err)
+                                              : e->EvaluateInt(nullptr, iv, &err);
+    if (!ok) return invalid(StrCat(".", field, ": ", e->Describe(err)));
+    return absl::OkStatus();
+  };
+  const v1::Kernel& k = ck.kernel();
+  if (k.name().empty()) return invalid(".kernel.name: required");
+  v1::CompileRequest req;
+  if (k.source_case() == v1::Kernel::kFile) {
+    const std::string path =
+        k.file().empty() || k.file()[0] == '/' ? k.file() : StrCat(base_dir_, "/", k.file());
+    absl::StatusOr<std::string> src = ReadFileContents(path);
+    if (!src.ok()) return invalid(StrCat(".kernel.file: ", src.status().message()));
+    req.set_source(*std::move(src));
+  } else {
+    req.set_source(k.code());
+  }
+  if (req.source().empty()) return invalid(".kernel: needs its source (code or file)");
+  req.set_source_name(StrCat("companion", index, ".cu"));
+  req.set_kernel_expression(k.name());
+  req.set_is_name_expression(true);
+  req.set_architecture(arch_);
+  bool has_std = false;
+  for (const std::string& o : k.compiler_options()) {
+    req.add_options(o);
+    has_std = has_std || o.rfind("-std", 0) == 0 || o.rfind("--std", 0) == 0;
+  }
+  if (!has_std) req.add_options("--std=c++17");
+  for (const auto& [macro, value] : k.defines()) req.add_options(StrCat("-D", macro, "=", value));
+  const v1::CompileResult compiled = pool_->Submit(req).get();
+  if (!compiled.error().empty()) return absl::InternalError(compiled.error());
+  if (!compiled.ok()) return invalid(StrCat(".kernel: does not compile:\n", compiled.log()));
+  out->set_name(k.name());
+  out->set_cubin(compiled.cubin());
+  out->set_function(compiled.lowered_name());
+  const double intensity = ck.intensity() == 0 ? 1.0 : ck.intensity();
+  if (!(intensity > 0 && intensity <= 1)) {
+    return invalid(StrCat(".intensity: ", ck.intensity(), " is not in (0, 1]"));
+  }
+  out->set_intensity(intensity);
+  std::int64_t dims[2][3] = {{1, 1, 1}, {1, 1, 1}};
+  for (int g = 0; g < 2; ++g) {
+    const auto& exprs = g == 0 ? ck.launch().grid() : ck.launch().block();
+    if (g == 0 && exprs.empty()) return invalid(".launch.grid: required");
+    for (int d = 0; d < exprs.size() && d < 3; ++d) {
+      double unused = 0;
+      KTUNE_RETURN_IF_ERROR(constant(StrCat("launch.", g == 0 ? "grid" : "block", "[", d, "]"),
+                                     exprs.Get(d), ValueType::kInt, &unused, &dims[g][d]));
+      if (dims[g][d] < 1 || dims[g][d] > (g == 0 ? 2147483647 : 1024)) {
+        return invalid(StrCat(".launch.", g == 0 ? "grid" : "block", "[", d, "]: ", dims[g][d]));
+      }
+    }
+  }
+  out->mutable_grid()->set_x(static_cast<std::uint32_t>(dims[0][0]));
+  out->mutable_grid()->set_y(static_cast<std::uint32_t>(dims[0][1]));
+  out->mutable_grid()->set_z(static_cast<std::uint32_t>(dims[0][2]));
+  out->mutable_block()->set_x(static_cast<std::uint32_t>(dims[1][0]));
+  out->mutable_block()->set_y(static_cast<std::uint32_t>(dims[1][1]));
+  out->mutable_block()->set_z(static_cast<std::uint32_t>(dims[1][2]));
+  if (!ck.launch().shared_memory_bytes().empty()) {
+    double unused = 0;
+    std::int64_t bytes = 0;
+    KTUNE_RETURN_IF_ERROR(constant("launch.shared_memory_bytes", ck.launch().shared_memory_bytes(),
+                                   ValueType::kInt, &unused, &bytes));
+    if (bytes < 0 || bytes > 48 * 1024) {
+      return invalid(StrCat(".launch.shared_memory_bytes: ", bytes, " (0 to 49152)"));
+    }
+    out->set_shared_memory_bytes(static_cast<std::uint32_t>(bytes));
+  }
+  for (int i = 0; i < ck.arguments_size(); ++i) {
+    const v1::Argument& a = ck.arguments(i);
+    const std::string aw = StrCat(".arguments[", i, "] (", a.name(), ")");
+    const auto type = static_cast<v1::ElementType>(a.type());
+    if (a.type() == v1::Argument::TYPE_UNSPECIFIED) return invalid(StrCat(aw, ".type: required"));
+    if (a.kind_case() == v1::Argument::kScalar) {
+      double dv = 0;
+      std::int64_t iv = 0;
+      KTUNE_RETURN_IF_ERROR(
+          constant(StrCat(aw.substr(1), ".scalar"), a.scalar(), ValueType::kFloat, &dv, &iv));
+      out->add_scalars(ScalarBytes(type, dv, 0, false));
+      out->add_argument_buffers(-1);
+      continue;
+    }
+    double unused = 0;
+    std::int64_t elements = 0;
+    KTUNE_RETURN_IF_ERROR(constant(StrCat(aw.substr(1), ".buffer.size"), a.buffer().size(),
+                                   ValueType::kInt, &unused, &elements));
+    if (elements <= 0) return invalid(StrCat(aw, ".buffer.size: ", elements, " elements"));
+    v1::WorkerBuffer* w = out->add_buffers();
+    w->set_name(a.name());
+    w->set_type(type);
+    w->set_elements(elements);
+    KTUNE_RETURN_IF_ERROR(InitBuffer(a, a.buffer(), a.buffer().direction() != v1::Buffer::OUTPUT,
+                                     base_dir_, StrCat(where, aw), w));
+    out->add_argument_buffers(out->buffers_size() - 1);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaDevice::StartWorker() {
@@ -604,6 +801,10 @@ void CudaDevice::Prefetch(const std::vector<Config>& configs) {
   for (const Config& c : configs) CompileFuture(c);
 }
 
+void CudaDevice::Forget(const std::vector<Config>& configs) {
+  for (const Config& c : configs) pending_.erase(c);
+}
+
 absl::Status CudaDevice::LaunchFor(const Config& config, v1::WorkerCandidate* c,
                                    std::string* why) const {
   std::vector<Scalar> slots(space_->num_params());
@@ -646,6 +847,43 @@ absl::Status CudaDevice::LaunchFor(const Config& config, v1::WorkerCandidate* c,
       return absl::OkStatus();
     }
     c->set_shared_memory_bytes(static_cast<std::uint32_t>(bytes));
+  }
+  auto positive = [&](const std::optional<Expr>& e, const char* field, std::int64_t* v) {
+    if (!e->EvaluateInt(slots.data(), v, &err)) {
+      *why = StrCat(field, ": ", e->Describe(err));
+      return false;
+    }
+    return true;
+  };
+  if (instances_) {
+    std::int64_t k = 0, st = 0;
+    if (!positive(instances_, "measurement.load.instances", &k) ||
+        !positive(streams_, "measurement.load.streams", &st)) {
+      return absl::OkStatus();
+    }
+    if (k < 1 || k > 4096 || st < 1 || st > 32) {
+      *why = StrCat("concurrent: ", k, " instances over ", st,
+                    " streams (1 to 4096 instances, 1 to 32 streams)");
+      return absl::OkStatus();
+    }
+    c->set_instances(static_cast<std::int32_t>(k));
+    c->set_streams(static_cast<std::int32_t>(st));
+  }
+  if (pipeline_) {
+    std::int64_t chunk = 0, st = 0, pinned = 0;
+    if (!positive(pipe_chunk_, "pipeline.chunk_elements", &chunk) ||
+        !positive(pipe_streams_, "pipeline.streams", &st) ||
+        !positive(pipe_pinned_, "pipeline.pinned", &pinned)) {
+      return absl::OkStatus();
+    }
+    if (chunk < 1 || st < 1 || st > 32) {
+      *why = StrCat("pipeline: chunks of ", chunk, " elements over ", st,
+                    " streams (at least 1 element, 1 to 32 streams)");
+      return absl::OkStatus();
+    }
+    c->set_chunk_elements(chunk);
+    c->set_streams(static_cast<std::int32_t>(st));
+    c->set_pinned(pinned != 0);
   }
   c->clear_scalars();
   for (const ScalarArg& s : scalars_) {
@@ -741,7 +979,7 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     m.cost = m.compile_time;
     return m;
   }
-  c.set_verify(setup_.verified_size() > 0);
+  c.set_verify(setup_.verified_size() > 0 || (pipeline_ && reference_.has_value()));
   c.set_best_ms(best_ms_);
   c.set_no_racing(final_round);
   if (final_round) {
@@ -775,6 +1013,15 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   cond.static_shared_bytes = w->static_shared_bytes();
   cond.local_bytes = w->local_bytes();
   cond.gpu_busy = Millis(w->gpu_busy_ms());
+  cond.load = load_kind_;
+  cond.canary_slowdown = w->canary_slowdown();
+  cond.load_throughput = w->load_throughput();
+  for (const auto& [name, rate] : w->load_rates()) cond.load_rates[name] = rate;
+  cond.instances = c.instances();
+  cond.streams = c.streams();
+  cond.h2d_ms = w->h2d_ms();
+  cond.kernel_ms = w->kernel_ms();
+  cond.d2h_ms = w->d2h_ms();
   stats_.gpu_busy += cond.gpu_busy;
   stats_.worker_load += Millis(w->load_ms());
   stats_.worker_verify += Millis(w->verify_ms());
@@ -784,8 +1031,20 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     m.stats = ComputeStats(m.samples_ms);
     m.time = m.stats.median;
     if (best_ms_ == 0 || m.time.count() < best_ms_) best_ms_ = m.time.count();
+    Throughputs(m);
   }
   return m;
+}
+
+void CudaDevice::Throughputs(Measurement& m) const {
+  const double ms = m.time.count();
+  if (!(ms > 0)) return;
+  Conditions& c = m.conditions;
+  if (c.instances > 0) c.throughput = 1e3 / ms;  // the time is per instance
+  if (pipeline_) {
+    c.throughput = 2.0 * static_cast<double>(pipe_bytes_) / (ms * 1e-3);
+    c.overlap = (c.h2d_ms + c.kernel_ms + c.d2h_ms) / ms;
+  }
 }
 
 absl::Status CudaDevice::WaitUntilOpen() {
@@ -835,6 +1094,7 @@ absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector
     out[i].samples_ms = pooled[i];
     out[i].stats = ComputeStats(pooled[i]);
     out[i].time = out[i].stats.median;
+    Throughputs(out[i]);
     out[i].message =
         StrCat("re-measured in ", kFinalRounds, " interleaved rounds with the final contenders");
   }

@@ -85,6 +85,7 @@ class CudaDevice final : public Device {
   absl::StatusOr<Measurement> Evaluate(const Config& config) override;
   int pipeline_depth() const override { return kPipelineDepth; }
   void Prefetch(const std::vector<Config>& configs) override;
+  void Forget(const std::vector<Config>& configs) override;
   bool can_remeasure() const override { return true; }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 
@@ -116,6 +117,13 @@ class CudaDevice final : public Device {
                                                            Measurement* failure);
   absl::StatusOr<Measurement> Measure(const Config& config, bool final_round);
   absl::Status LaunchFor(const Config& config, v1::WorkerCandidate* c, std::string* why) const;
+  // An under_load companion kernel: compiled, its launch and arguments
+  // resolved against the problem.
+  absl::Status AddCompanion(const v1::CompanionKernel& ck, int index, SymbolTable& symbols,
+                            v1::WorkerCompanion* out);
+  // Concurrent and pipeline throughput, and the pipeline's overlap, from
+  // the measurement's time.
+  void Throughputs(Measurement& m) const;
 
   DeviceInfo info_;
   v1::WorkerDeviceInfo gpu_;
@@ -148,7 +156,12 @@ class CudaDevice final : public Device {
   std::optional<v1::WorkerCandidate> reference_;
   v1::WorkerCandidate reference_template_;
   std::optional<std::shared_future<v1::CompileResult>> reference_compile_;
-  Millis kernel_timeout_{0};  // spec's cap per launch; 0: derived
+  v1::LoadProfile::Kind load_kind_ = v1::LoadProfile::ISOLATED;
+  std::optional<Expr> instances_, streams_;  // CONCURRENT
+  bool pipeline_ = false;
+  std::optional<Expr> pipe_chunk_, pipe_streams_, pipe_pinned_;
+  std::int64_t pipe_bytes_ = 0;  // the host array
+  Millis kernel_timeout_{0};     // spec's cap per launch; 0: derived
   double max_candidate_ms_ = 1000;
   double best_ms_ = 0;
   std::unordered_map<Config, std::shared_future<v1::CompileResult>, ConfigHash> pending_;

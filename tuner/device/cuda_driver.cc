@@ -60,6 +60,7 @@ absl::StatusOr<const Api*> LoadOnce() {
   KTUNE_BIND(cuDevicePrimaryCtxSetFlags, 11000);
   KTUNE_BIND(cuCtxSetCurrent, 4000);
   KTUNE_BIND(cuCtxSynchronize, 2000);
+  KTUNE_BIND(cuCtxGetCurrent, 4000);
   KTUNE_BIND(cuModuleLoadData, 2000);
   KTUNE_BIND(cuModuleUnload, 2000);
   KTUNE_BIND(cuModuleGetFunction, 2000);
@@ -69,6 +70,7 @@ absl::StatusOr<const Api*> LoadOnce() {
   KTUNE_BIND(cuStreamCreate, 2000);
   KTUNE_BIND(cuStreamDestroy, 4000);
   KTUNE_BIND(cuStreamSynchronize, 2000);
+  KTUNE_BIND(cuStreamWaitEvent, 3020);
   KTUNE_BIND(cuStreamBeginCapture, 10010);
   KTUNE_BIND(cuStreamEndCapture, 10000);
   KTUNE_BIND(cuGraphInstantiateWithFlags, 11040);
@@ -79,6 +81,7 @@ absl::StatusOr<const Api*> LoadOnce() {
   KTUNE_BIND(cuEventDestroy, 4000);
   KTUNE_BIND(cuEventRecord, 2000);
   KTUNE_BIND(cuEventSynchronize, 2000);
+  KTUNE_BIND(cuEventQuery, 2000);
   KTUNE_BIND(cuEventElapsedTime, 2000);
   KTUNE_BIND(cuMemAlloc, 3020);
   KTUNE_BIND(cuMemFree, 3020);

@@ -38,6 +38,7 @@ struct Api {
   KTUNE_CUDA_FN(cuDevicePrimaryCtxSetFlags);
   KTUNE_CUDA_FN(cuCtxSetCurrent);
   KTUNE_CUDA_FN(cuCtxSynchronize);
+  KTUNE_CUDA_FN(cuCtxGetCurrent);
   KTUNE_CUDA_FN(cuModuleLoadData);
   KTUNE_CUDA_FN(cuModuleUnload);
   KTUNE_CUDA_FN(cuModuleGetFunction);
@@ -47,6 +48,7 @@ struct Api {
   KTUNE_CUDA_FN(cuStreamCreate);
   KTUNE_CUDA_FN(cuStreamDestroy);
   KTUNE_CUDA_FN(cuStreamSynchronize);
+  KTUNE_CUDA_FN(cuStreamWaitEvent);
   KTUNE_CUDA_FN(cuStreamBeginCapture);
   KTUNE_CUDA_FN(cuStreamEndCapture);
   KTUNE_CUDA_FN(cuGraphInstantiateWithFlags);
@@ -57,6 +59,7 @@ struct Api {
   KTUNE_CUDA_FN(cuEventDestroy);
   KTUNE_CUDA_FN(cuEventRecord);
   KTUNE_CUDA_FN(cuEventSynchronize);
+  KTUNE_CUDA_FN(cuEventQuery);
   KTUNE_CUDA_FN(cuEventElapsedTime);
   KTUNE_CUDA_FN(cuMemAlloc);
   KTUNE_CUDA_FN(cuMemFree);

@@ -19,6 +19,7 @@
 
 namespace ktune {
 
+using v1::LoadProfile;
 using Millis = std::chrono::duration<double, std::milli>;
 
 // What a device is. Value type.
@@ -56,7 +57,18 @@ struct Conditions {
   int registers = 0;
   int static_shared_bytes = 0;
   int local_bytes = 0;
-  Millis gpu_busy{0};           // timed GPU work (sum of the samples)
+  Millis gpu_busy{0};  // timed GPU work (sum of the samples)
+  // Load profiles (see ktune.v1.Conditions for the meaning of each).
+  LoadProfile::Kind load = LoadProfile::ISOLATED;
+  double canary_slowdown = 0;  // 0: not measured
+  double load_throughput = 0;
+  std::map<std::string, double> load_rates;
+  double throughput = 0;  // concurrent: instances/s; pipeline: bytes/s
+  int instances = 0;
+  int streams = 0;
+  double h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;  // pipeline stages, serial
+  double overlap = 0;
+  std::string device;  // the GPU that measured it, in a job over several
 };
 
 // The full record of one evaluated candidate.
@@ -117,6 +129,9 @@ class Device {
   virtual int pipeline_depth() const { return 1; }
   // A hint: these configurations will be evaluated soon.
   virtual void Prefetch(const std::vector<Config>& configs) { (void)configs; }
+  // A hint: these prefetched configurations will not be evaluated here
+  // after all (another device took them); drop what was prepared.
+  virtual void Forget(const std::vector<Config>& configs) { (void)configs; }
 
   // Re-measures the final contenders interleaved, for a fair last
   // comparison. Devices that replay recorded times cannot.

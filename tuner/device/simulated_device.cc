@@ -26,6 +26,19 @@ absl::StatusOr<std::unique_ptr<SimulatedDevice>> SimulatedDevice::Open(const std
 }
 
 absl::Status SimulatedDevice::Bind(const JobBinding& job) {
+  if (job.spec != nullptr) {
+    const v1::LoadProfile::Kind kind = job.spec->measurement().load().kind();
+    if (kind == v1::LoadProfile::UNDER_LOAD || kind == v1::LoadProfile::CONCURRENT) {
+      return absl::InvalidArgumentError(
+          StrCat("measurement.load.kind: ", v1::LoadProfile::Kind_Name(kind), ": device ", info_.id,
+                 " replays times recorded in isolation; measuring under load needs a GPU"));
+    }
+    if (job.spec->has_pipeline()) {
+      return absl::InvalidArgumentError(StrCat("pipeline: device ", info_.id,
+                                               " replays recorded kernel times; a pipeline job "
+                                               "needs a GPU"));
+    }
+  }
   const Space& space = *job.space;
   const std::vector<Parameter>& recorded = recording_->params();
   std::vector<std::size_t> to_space;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "ktune/v1/job.pb.h"
 #include "ktune/v1/worker.pb.h"
 #include "tuner/base/strings.h"
 #include "tuner/compile/compile_pool.h"
@@ -20,6 +21,7 @@
 #include "tuner/device/nvml.h"
 #include "tuner/ipc/subprocess.h"
 #include "tuner/measure/fill.h"
+#include "tuner/measure/load.h"
 
 namespace ktune {
 namespace {
@@ -76,6 +78,89 @@ KTUNE_COMPARE(ktune_compare_u8, unsigned char, KTUNE_PLAIN)
 KTUNE_COMPARE(ktune_compare_u16, unsigned short, KTUNE_PLAIN)
 KTUNE_COMPARE(ktune_compare_u32, unsigned int, KTUNE_PLAIN)
 KTUNE_COMPARE(ktune_compare_u64, unsigned long long, KTUNE_PLAIN)
+
+__device__ __forceinline__ unsigned long long ktune_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Bandwidth load: each block copies its share of src to dst, 8 16-byte
+// words per thread a step, for duration_ns, pacing itself to one step per
+// ns_per_step (0: as fast as it can); adds the bytes moved (read plus
+// written) to *moved.
+extern "C" __global__ void ktune_load_copy(const uint4* __restrict__ src, uint4* __restrict__ dst,
+                                           unsigned long long words,
+                                           unsigned long long duration_ns, double ns_per_step,
+                                           unsigned long long* moved) {
+  __shared__ int done;
+  const unsigned long long t0 = ktune_now();
+  const unsigned long long share = words / gridDim.x;
+  const unsigned long long base = blockIdx.x * share;
+  const unsigned long long step = 8ull * blockDim.x;
+  unsigned long long offset = 0, steps = 0;
+  while (true) {
+    for (int k = 0; k < 8; ++k) {
+      unsigned long long i = offset + k * blockDim.x + threadIdx.x;
+      if (i >= share) i -= share;
+      dst[base + i] = src[base + i];
+    }
+    ++steps;
+    offset += step;
+    if (offset >= share) offset -= share;
+    if (threadIdx.x == 0) {
+      unsigned long long now = ktune_now();
+      const unsigned long long due = t0 + (unsigned long long)(steps * ns_per_step);
+      while (now < due && now - t0 < duration_ns) now = ktune_now();
+      done = now - t0 >= duration_ns;
+    }
+    __syncthreads();
+    if (done) break;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(moved, steps * step * 32ull);
+}
+
+// Compute load: FMA chains for duration_ns; adds the flops to *flops.
+extern "C" __global__ void ktune_load_fma(float* sink, unsigned long long duration_ns,
+                                          unsigned long long* flops) {
+  __shared__ int done;
+  const unsigned long long t0 = ktune_now();
+  float a[8];
+  for (int k = 0; k < 8; ++k) a[k] = threadIdx.x * 1e-3f + k;
+  unsigned long long rounds = 0;
+  while (true) {
+#pragma unroll 16
+    for (int r = 0; r < 256; ++r) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) a[k] = fmaf(a[k], 0.9999f, 1e-4f);
+    }
+    ++rounds;
+    if (threadIdx.x == 0) done = ktune_now() - t0 >= duration_ns;
+    __syncthreads();
+    if (done) break;
+    __syncthreads();
+  }
+  float sum = 0;
+  for (int k = 0; k < 8; ++k) sum += a[k];
+  if (sum == 123456.0f) sink[threadIdx.x] = sum;  // never, but not provably
+  if (threadIdx.x == 0) atomicAdd(flops, rounds * 256ull * 8ull * 2ull * blockDim.x);
+}
+
+// The canary: a fixed short memory-bound kernel, timed on the idle GPU and
+// under load to see contention.
+extern "C" __global__ void ktune_canary(const float4* __restrict__ in, float4* __restrict__ out,
+                                        unsigned long long n) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    float4 v = in[i];
+    v.x = v.x * 1.0001f + 1.0f;
+    v.y = v.y * 1.0001f + 1.0f;
+    v.z = v.z * 1.0001f + 1.0f;
+    v.w = v.w * 1.0001f + 1.0f;
+    out[i] = v;
+  }
+}
 )cuda";
 
 constexpr std::size_t kGuardBytes = 4096;
@@ -84,6 +169,9 @@ constexpr unsigned char kPoisonByte = 0xff;  // NaN for floats, -1 for ints
 constexpr auto kIdleGap = std::chrono::milliseconds(200);
 constexpr int kChunk = 4;  // samples enqueued before one synchronisation
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;  // a multiple of 8
+constexpr std::size_t kCanaryBytes = std::size_t{16} << 20;   // read, and as much written
+constexpr int kCanaryRuns = 16;
+constexpr int kMaxStreams = 32;  // concurrent instances, pipeline streams
 
 std::string FormatUuid(const CUuuid& u) {
   char buf[64];
@@ -200,6 +288,44 @@ class ClockSampler {
   std::atomic<std::uint64_t> throttle_polls_{0};
 };
 
+// How a candidate's measurement ends: its wall time stamped, a failed call
+// classified (after a sticky error only a new process recovers).
+struct Ending {
+  const cuda::Api& api;
+  v1::WorkerMeasurement& out;
+  Clock::time_point start;
+  Clock::time_point& last_activity;
+
+  v1::WorkerMeasurement Finish() {
+    out.set_wall_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    last_activity = Clock::now();
+    return out;
+  }
+  v1::WorkerMeasurement LaunchError(const std::string& message) {
+    out.set_status("launch_error");
+    out.set_message(message);
+    return Finish();
+  }
+  v1::WorkerMeasurement Failed(CUresult rc, const char* call, bool launch) {
+    const absl::Status st = cuda::Check(api, rc, call);
+    if (cuda::IsStickyError(rc)) {
+      out.set_status("runtime_fault");
+      out.set_context_lost(true);
+    } else {
+      out.set_status(launch ? "launch_error" : "runtime_fault");
+    }
+    out.set_message(std::string(st.message()));
+    return Finish();
+  }
+  // Our own failure: start over in a fresh process, to be safe.
+  v1::WorkerMeasurement Infra(const absl::Status& st) {
+    out.set_status("runtime_fault");
+    out.set_message(std::string(st.message()));
+    out.set_context_lost(true);
+    return Finish();
+  }
+};
+
 class Worker {
  public:
   explicit Worker(const cuda::Api& api) : api_(api) {}
@@ -236,6 +362,21 @@ class Worker {
   // Compares buffer `b` with its reference; "" when equal.
   absl::StatusOr<std::string> Compare(const Buffer& b);
   absl::StatusOr<std::string> CheckGuards();
+  // The canary's median time (ms) on the launch stream, as things stand.
+  absl::StatusOr<double> Canary();
+  // Side streams for concurrent instances and pipelines, at least n.
+  absl::Status EnsureStreams(int n);
+  // Side streams [from, to) wait for `at`; `into` waits for all their work
+  // so far.
+  CUresult Fork(CUevent at, int from, int to);
+  CUresult Join(CUstream into, int from, int to);
+  v1::WorkerMeasurement MeasurePipeline(const v1::WorkerCandidate& c, CUfunction f, unsigned shared,
+                                        v1::WorkerMeasurement out, Clock::time_point start);
+  // One pass of the pipeline; `stage` < 0: all stages over `streams`
+  // streams, else only that stage (0 copy in, 1 kernel, 2 copy out) on
+  // one stream. Timed between `begin` and `end` on the first stream.
+  CUresult RunPipeline(CUfunction f, const v1::WorkerCandidate& c, unsigned shared, int stage,
+                       CUevent begin, CUevent end);
 
   const cuda::Api& api_;
   std::optional<cuda::Context> context_;
@@ -252,7 +393,23 @@ class Worker {
   cuda::Event staged_[2];
   cuda::Module helpers_;
   CUfunction spin_ = nullptr;
+  CUfunction canary_ = nullptr;
+  LoadKernels load_kernels_;
   std::vector<CUfunction> compare_;  // by ElementType
+  CUcontext cu_context_ = nullptr;
+  cuda::DeviceMemory canary_memory_;
+  std::vector<cuda::Event> canary_events_;
+  std::unique_ptr<LoadRunner> load_;  // under_load jobs
+  std::vector<cuda::Stream> side_;    // concurrent instances, pipeline streams
+  std::vector<cuda::Event> joins_;
+  cuda::Event fork_;
+  // Pipeline jobs: the host arrays (pinned and pageable), the per-stream
+  // chunk buffers, the reference output.
+  std::size_t pipe_bytes_ = 0;
+  cuda::PinnedMemory pinned_in_, pinned_out_;
+  std::unique_ptr<char[]> pageable_in_, pageable_out_;
+  cuda::DeviceMemory pipe_device_;
+  std::vector<char> pipe_reference_;
   ClockSampler clocks_;
   int ordinal_ = -1;
   int l2_bytes_ = 0;
@@ -289,6 +446,14 @@ absl::Status Worker::CompileHelpers(const std::string& arch) {
                      "cuModuleGetFunction(ktune_spin)");
       !s.ok()) {
     return s;
+  }
+  for (auto [fn, name] :
+       {std::pair{&canary_, "ktune_canary"}, std::pair{&load_kernels_.copy, "ktune_load_copy"},
+        std::pair{&load_kernels_.fma, "ktune_load_fma"}}) {
+    if (auto s = Check(api_.cuModuleGetFunction(fn, helpers_.get(), name), "cuModuleGetFunction");
+        !s.ok()) {
+      return s;
+    }
   }
   compare_.assign(v1::ElementType_ARRAYSIZE, nullptr);
   for (int t = v1::ELEMENT_F16; t <= v1::ELEMENT_U64; ++t) {
@@ -409,6 +574,21 @@ absl::Status Worker::Init(int ordinal, std::string* device_name) {
   if (!e.ok()) return e.status();
   first_end_ = *std::move(e);
 
+  if (auto s = Check(api_.cuCtxGetCurrent(&cu_context_), "cuCtxGetCurrent"); !s.ok()) return s;
+  absl::StatusOr<cuda::DeviceMemory> canary = cuda::DeviceMemory::Allocate(api_, 2 * kCanaryBytes);
+  if (!canary.ok()) return canary.status();
+  canary_memory_ = *std::move(canary);
+  if (auto s = Check(
+          api_.cuMemsetD32Async(canary_memory_.get(), 0x3fc00000u, kCanaryBytes / 4, stream_.get()),
+          "cuMemsetD32Async");
+      !s.ok()) {
+    return s;
+  }
+  for (int i = 0; i < 2 * kCanaryRuns; ++i) {
+    absl::StatusOr<cuda::Event> ev = cuda::CreateEvent(api_);
+    if (!ev.ok()) return ev.status();
+    canary_events_.push_back(*std::move(ev));
+  }
   absl::StatusOr<cuda::DeviceMemory> scratch = cuda::DeviceMemory::Allocate(api_, 64);
   if (!scratch.ok()) return scratch.status();
   scratch_ = *std::move(scratch);
@@ -464,6 +644,43 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
   }
   for (Buffer& b : buffers_) {
     if (auto s = Upload(b); !s.ok()) return s;
+  }
+  load_.reset();
+  if (setup.load().kind() == v1::LoadProfile::UNDER_LOAD) {
+    load_ = std::make_unique<LoadRunner>(api_, cu_context_, multiprocessors_, load_kernels_);
+    if (auto s = load_->Setup(setup.load()); !s.ok()) {
+      return absl::Status(s.code(), StrCat("setting up the load: ", s.message()));
+    }
+  }
+  pipe_reference_.clear();
+  if (setup.has_pipeline()) {
+    const v1::WorkerPipeline& p = setup.pipeline();
+    const std::size_t bytes = static_cast<std::size_t>(p.elements()) * ElementBytes(p.type());
+    if (bytes != pipe_bytes_) {
+      pinned_in_ = cuda::PinnedMemory();
+      pinned_out_ = cuda::PinnedMemory();
+      pageable_in_.reset();
+      pageable_out_.reset();
+      pipe_bytes_ = 0;
+      absl::StatusOr<cuda::PinnedMemory> in = cuda::PinnedMemory::Allocate(api_, bytes);
+      if (!in.ok()) return in.status();
+      absl::StatusOr<cuda::PinnedMemory> out = cuda::PinnedMemory::Allocate(api_, bytes);
+      if (!out.ok()) return out.status();
+      pinned_in_ = *std::move(in);
+      pinned_out_ = *std::move(out);
+      pageable_in_.reset(new char[bytes]);
+      pageable_out_.reset(new char[bytes]);
+      std::memset(pageable_out_.get(), 0, bytes);  // pages present, as an application's are
+      pipe_bytes_ = bytes;
+    }
+    v1::WorkerBuffer input;
+    input.set_name("pipeline input");
+    input.set_type(p.type());
+    input.set_elements(p.elements());
+    *input.mutable_uniform() = p.input();
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (auto s = FillRange(input, 0, p.elements(), pinned_in_.get(), threads); !s.ok()) return s;
+    std::memcpy(pageable_in_.get(), pinned_in_.get(), bytes);
   }
   if (auto s = ResetGuards(stream_.get()); !s.ok()) return s;
   if (auto s = Check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize"); !s.ok()) {
@@ -601,40 +818,303 @@ absl::StatusOr<std::string> Worker::CheckGuards() {
   return std::string();
 }
 
+absl::StatusOr<double> Worker::Canary() {
+  CUstream s = stream_.get();
+  CUdeviceptr in = canary_memory_.get(), out = in + kCanaryBytes;
+  unsigned long long n = kCanaryBytes / 16;
+  void* args[] = {&in, &out, &n};
+  const unsigned blocks = static_cast<unsigned>(4 * multiprocessors_);
+  // One untimed launch, then the timed ones, each between its own events.
+  if (auto st = Check(api_.cuLaunchKernel(canary_, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr),
+                      "cuLaunchKernel(canary)");
+      !st.ok()) {
+    return st;
+  }
+  for (int i = 0; i < kCanaryRuns; ++i) {
+    if (auto st = Check(api_.cuEventRecord(canary_events_[2 * i].get(), s), "cuEventRecord");
+        !st.ok()) {
+      return st;
+    }
+    if (auto st = Check(api_.cuLaunchKernel(canary_, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr),
+                        "cuLaunchKernel(canary)");
+        !st.ok()) {
+      return st;
+    }
+    if (auto st = Check(api_.cuEventRecord(canary_events_[2 * i + 1].get(), s), "cuEventRecord");
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
+  std::vector<double> times;
+  for (int i = 0; i < kCanaryRuns; ++i) {
+    float ms = 0;
+    if (auto st = Check(api_.cuEventElapsedTime(&ms, canary_events_[2 * i].get(),
+                                                canary_events_[2 * i + 1].get()),
+                        "cuEventElapsedTime");
+        !st.ok()) {
+      return st;
+    }
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  return 0.5 * (times[(times.size() - 1) / 2] + times[times.size() / 2]);
+}
+
+absl::Status Worker::EnsureStreams(int n) {
+  if (!fork_) {
+    absl::StatusOr<cuda::Event> e = cuda::CreateEvent(api_);
+    if (!e.ok()) return e.status();
+    fork_ = *std::move(e);
+  }
+  while (static_cast<int>(side_.size()) < n) {
+    absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
+    if (!st.ok()) return st.status();
+    absl::StatusOr<cuda::Event> e = cuda::CreateEvent(api_);
+    if (!e.ok()) return e.status();
+    side_.push_back(*std::move(st));
+    joins_.push_back(*std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+CUresult Worker::Fork(CUevent at, int from, int to) {
+  for (int k = from; k < to; ++k) {
+    if (CUresult rc = api_.cuStreamWaitEvent(side_[static_cast<std::size_t>(k)].get(), at, 0);
+        rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Worker::Join(CUstream into, int from, int to) {
+  for (int k = from; k < to; ++k) {
+    const auto kk = static_cast<std::size_t>(k);
+    if (CUresult rc = api_.cuEventRecord(joins_[kk].get(), side_[kk].get()); rc != CUDA_SUCCESS) {
+      return rc;
+    }
+    if (CUresult rc = api_.cuStreamWaitEvent(into, joins_[kk].get(), 0); rc != CUDA_SUCCESS) {
+      return rc;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Worker::RunPipeline(CUfunction f, const v1::WorkerCandidate& c, unsigned shared, int stage,
+                             CUevent begin, CUevent end) {
+  const int streams = stage < 0 ? c.streams() : 1;
+  const std::size_t eb = ElementBytes(setup_.pipeline().type());
+  const auto total = static_cast<std::size_t>(setup_.pipeline().elements());
+  const auto chunk = static_cast<std::size_t>(c.chunk_elements());
+  const char* in = static_cast<const char*>(c.pinned() ? pinned_in_.get() : pageable_in_.get());
+  char* out = static_cast<char*>(c.pinned() ? pinned_out_.get() : pageable_out_.get());
+  CUstream first = side_[0].get();
+  if (CUresult rc = api_.cuEventRecord(begin, first); rc != CUDA_SUCCESS) return rc;
+  if (CUresult rc = Fork(begin, 1, streams); rc != CUDA_SUCCESS) return rc;
+  std::size_t i = 0;
+  for (std::size_t offset = 0; offset < total; offset += chunk, ++i) {
+    const std::size_t n = std::min(chunk, total - offset);
+    const std::size_t k = i % static_cast<std::size_t>(streams);
+    CUstream st = side_[k].get();
+    CUdeviceptr din = pipe_device_.get() + 2 * k * chunk * eb;
+    CUdeviceptr dout = din + chunk * eb;
+    if (stage < 0 || stage == 0) {
+      if (CUresult rc = api_.cuMemcpyHtoDAsync(din, in + offset * eb, n * eb, st);
+          rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    }
+    if (stage < 0 || stage == 1) {
+      unsigned long long count = n;
+      void* args[] = {&din, &dout, &count};
+      if (CUresult rc =
+              api_.cuLaunchKernel(f, c.grid().x(), c.grid().y(), c.grid().z(), c.block().x(),
+                                  c.block().y(), c.block().z(), shared, st, args, nullptr);
+          rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    }
+    if (stage < 0 || stage == 2) {
+      if (CUresult rc = api_.cuMemcpyDtoHAsync(out + offset * eb, dout, n * eb, st);
+          rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    }
+  }
+  if (CUresult rc = Join(first, 1, streams); rc != CUDA_SUCCESS) return rc;
+  return api_.cuEventRecord(end, first);
+}
+
+v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfunction f,
+                                              unsigned shared, v1::WorkerMeasurement out,
+                                              Clock::time_point start) {
+  const v1::WorkerSettings& settings = setup_.settings();
+  Ending end{api_, out, start, last_activity_};
+  auto finish = [&] { return end.Finish(); };
+  auto failed = [&](CUresult rc, const char* call, bool launch) {
+    return end.Failed(rc, call, launch);
+  };
+  auto infra = [&](const absl::Status& st) { return end.Infra(st); };
+  const int streams = c.streams();
+  if (streams < 1 || streams > kMaxStreams || c.chunk_elements() < 1) {
+    out.set_status("launch_error");
+    out.set_message(StrCat("the pipeline asks for ", streams, " streams (1 to ", kMaxStreams,
+                           ") and chunks of ", c.chunk_elements(), " elements (at least 1)"));
+    return finish();
+  }
+  const std::size_t eb = ElementBytes(setup_.pipeline().type());
+  const std::size_t need =
+      2 * static_cast<std::size_t>(streams) * static_cast<std::size_t>(c.chunk_elements()) * eb;
+  if (pipe_device_.size_bytes() < need) {
+    pipe_device_ = cuda::DeviceMemory();
+    absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, need);
+    if (!m.ok()) {
+      out.set_status("launch_error");
+      out.set_message(StrCat("the pipeline's chunk buffers (", need >> 20,
+                             " MiB) do not fit: ", m.status().message()));
+      return finish();
+    }
+    pipe_device_ = *std::move(m);
+  }
+  if (auto st = EnsureStreams(streams); !st.ok()) return infra(st);
+  char* host_out = static_cast<char*>(c.pinned() ? pinned_out_.get() : pageable_out_.get());
+
+  // The first run: poisoned output, verified against the reference.
+  std::memset(host_out, kPoisonByte, pipe_bytes_);
+  if (CUresult rc = RunPipeline(f, c, shared, -1, first_start_.get(), first_end_.get());
+      rc != CUDA_SUCCESS) {
+    return failed(rc, "enqueueing the pipeline", true);
+  }
+  if (CUresult rc = api_.cuEventSynchronize(first_end_.get()); rc != CUDA_SUCCESS) {
+    return failed(rc, "running the pipeline", false);
+  }
+  float first_ms = 0;
+  if (CUresult rc = api_.cuEventElapsedTime(&first_ms, first_start_.get(), first_end_.get());
+      rc != CUDA_SUCCESS) {
+    return failed(rc, "cuEventElapsedTime", false);
+  }
+  if (c.make_reference()) {
+    pipe_reference_.assign(host_out, host_out + pipe_bytes_);
+    out.set_status("ok");
+    out.add_samples_ms(first_ms);
+    out.set_launches_per_sample(1);
+    return finish();
+  }
+  if (c.verify() && !pipe_reference_.empty()) {
+    const v1::ElementType type = setup_.pipeline().type();
+    const auto n = static_cast<std::size_t>(setup_.pipeline().elements());
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<std::size_t> bad(static_cast<std::size_t>(threads), 0);
+    std::vector<std::size_t> first_bad(static_cast<std::size_t>(threads), n);
+    std::vector<std::thread> pool;
+    const double atol = settings.atol(), rtol = settings.rtol();
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const std::size_t lo = n * static_cast<std::size_t>(t) / static_cast<std::size_t>(threads);
+        const std::size_t hi =
+            n * static_cast<std::size_t>(t + 1) / static_cast<std::size_t>(threads);
+        for (std::size_t i = lo; i < hi; ++i) {
+          const double a = ElementAsDouble(type, host_out, i);
+          const double r = ElementAsDouble(type, pipe_reference_.data(), i);
+          if (std::isnan(a) || std::isnan(r) || !(std::fabs(a - r) <= atol + rtol * std::fabs(r))) {
+            if (bad[static_cast<std::size_t>(t)]++ == 0) first_bad[static_cast<std::size_t>(t)] = i;
+          }
+        }
+      });
+    }
+    for (std::thread& th : pool) th.join();
+    std::size_t total_bad = 0, first = n;
+    for (int t = 0; t < threads; ++t) {
+      total_bad += bad[static_cast<std::size_t>(t)];
+      first = std::min(first, first_bad[static_cast<std::size_t>(t)]);
+    }
+    if (total_bad > 0) {
+      out.set_status("wrong_result");
+      out.set_message(StrCat(total_bad, " of ", n,
+                             " elements of the pipeline's output differ from the reference (atol ",
+                             atol, ", rtol ", rtol, "); the first at index ", first, ": ",
+                             ElementAsDouble(type, host_out, first), " instead of ",
+                             ElementAsDouble(type, pipe_reference_.data(), first)));
+      return finish();
+    }
+  }
+
+  // Samples: whole pipeline runs, end to end.
+  out.set_launches_per_sample(1);
+  out.set_sm_clock_mhz_before(clocks_.clock_mhz());
+  std::vector<double> samples;
+  double busy = first_ms;
+  const int min_samples =
+      std::max(1, c.min_samples() > 0 ? c.min_samples() : settings.min_samples());
+  const int max_samples = std::max(min_samples, settings.max_samples());
+  const bool racing = !c.no_racing() && settings.racing_factor() > 0 && c.best_ms() > 0;
+  // One timed pass (stage < 0: the whole pipeline); a failure ends the
+  // candidate.
+  float ms = 0;
+  auto timed_pass = [&](int stage) -> std::optional<v1::WorkerMeasurement> {
+    if (CUresult rc = RunPipeline(f, c, shared, stage, starts_[0].get(), ends_[0].get());
+        rc != CUDA_SUCCESS) {
+      return failed(rc, "enqueueing the pipeline", true);
+    }
+    if (CUresult rc = api_.cuEventSynchronize(ends_[0].get()); rc != CUDA_SUCCESS) {
+      return failed(rc, "running the pipeline", false);
+    }
+    if (CUresult rc = api_.cuEventElapsedTime(&ms, starts_[0].get(), ends_[0].get());
+        rc != CUDA_SUCCESS) {
+      return failed(rc, "cuEventElapsedTime", false);
+    }
+    return std::nullopt;
+  };
+  while (static_cast<int>(samples.size()) < max_samples) {
+    if (std::optional<v1::WorkerMeasurement> failure = timed_pass(-1)) return *std::move(failure);
+    samples.push_back(ms);
+    busy += ms;
+    const int count = static_cast<int>(samples.size());
+    const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() &&
+        count >= std::min(3, min_samples)) {
+      break;
+    }
+    if (racing && count >= std::max(1, settings.racing_min_samples()) &&
+        FirstQuartile(samples) > settings.racing_factor() * c.best_ms()) {
+      out.set_raced(true);
+      break;
+    }
+    if (count >= min_samples && RelativeError(samples) < settings.target_relative_noise()) break;
+  }
+  // The stages one after another on one stream: what overlap can save.
+  double stage_ms[3] = {0, 0, 0};
+  for (int stage = 0; stage < 3; ++stage) {
+    if (std::optional<v1::WorkerMeasurement> failure = timed_pass(stage)) {
+      return *std::move(failure);
+    }
+    stage_ms[stage] = ms;
+    busy += ms;
+  }
+  out.set_h2d_ms(stage_ms[0]);
+  out.set_kernel_ms(stage_ms[1]);
+  out.set_d2h_ms(stage_ms[2]);
+  out.set_sm_clock_mhz_after(clocks_.clock_mhz());
+  out.set_gpu_busy_ms(busy);
+  for (double v : samples) out.add_samples_ms(v);
+  out.set_status("ok");
+  return finish();
+}
+
 v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   const auto start = Clock::now();
   v1::WorkerMeasurement out;
   out.set_id(c.id());
   const v1::WorkerSettings& settings = setup_.settings();
   CUstream s = stream_.get();
-  auto finish = [&]() -> v1::WorkerMeasurement {
-    out.set_wall_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-    last_activity_ = Clock::now();
-    return out;
-  };
-  auto launch_error = [&](const std::string& message) {
-    out.set_status("launch_error");
-    out.set_message(message);
-    return finish();
-  };
-  // Classifies a failed call: sticky errors end the context.
+  Ending end{api_, out, start, last_activity_};
+  auto finish = [&] { return end.Finish(); };
+  auto launch_error = [&](const std::string& message) { return end.LaunchError(message); };
   auto cuda_failure = [&](CUresult rc, const char* call, bool launch) {
-    const absl::Status st = Check(rc, call);
-    if (cuda::IsStickyError(rc)) {
-      out.set_status("runtime_fault");
-      out.set_context_lost(true);
-    } else {
-      out.set_status(launch ? "launch_error" : "runtime_fault");
-    }
-    out.set_message(std::string(st.message()));
-    return finish();
+    return end.Failed(rc, call, launch);
   };
-  auto infra = [&](const absl::Status& st) {
-    out.set_status("runtime_fault");
-    out.set_message(std::string(st.message()));
-    out.set_context_lost(true);  // be safe: start over in a fresh process
-    return finish();
-  };
+  auto infra = [&](const absl::Status& st) { return end.Infra(st); };
 
   absl::StatusOr<cuda::Module> module = cuda::LoadModule(api_, c.cubin());
   out.set_load_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -671,6 +1151,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       return cuda_failure(rc, "cuFuncSetAttribute", true);
     }
   }
+  if (setup_.has_pipeline()) return MeasurePipeline(c, f, dynamic_shared, std::move(out), start);
   // Kernel parameters.
   std::vector<CUdeviceptr> pointers(buffers_.size());
   for (std::size_t i = 0; i < buffers_.size(); ++i) pointers[i] = buffers_[i].data;
@@ -691,6 +1172,29 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     return api_.cuLaunchKernel(f, c.grid().x(), c.grid().y(), c.grid().z(), c.block().x(),
                                c.block().y(), c.block().z(), dynamic_shared, stream, params.data(),
                                nullptr);
+  };
+  // CONCURRENT: K instances spread round-robin over S streams forked from
+  // and joined back to the launch stream, so one sample spans them all.
+  const int instances = c.instances();
+  const int nstreams = c.streams();
+  const bool concurrent = instances > 0;
+  if (concurrent) {
+    if (nstreams < 1 || nstreams > kMaxStreams || instances > 4096) {
+      return launch_error(StrCat("concurrent: ", instances, " instances over ", nstreams,
+                                 " streams (1 to 4096 instances, 1 to ", kMaxStreams, " streams)"));
+    }
+    if (auto st = EnsureStreams(nstreams); !st.ok()) return infra(st);
+  }
+  auto launch_concurrent = [&]() -> CUresult {
+    if (CUresult rc = api_.cuEventRecord(fork_.get(), s); rc != CUDA_SUCCESS) return rc;
+    if (CUresult rc = Fork(fork_.get(), 0, nstreams); rc != CUDA_SUCCESS) return rc;
+    for (int j = 0; j < instances; ++j) {
+      if (CUresult rc = launch(side_[static_cast<std::size_t>(j % nstreams)].get());
+          rc != CUDA_SUCCESS) {
+        return rc;
+      }
+    }
+    return Join(s, 0, nstreams);
   };
 
   // 1. The untimed first launch, which is also the verification run.
@@ -764,7 +1268,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
                                    [](const Buffer& b) { return b.pristine.get() != 0; });
   double busy = first_ms;  // event-timed kernel work, the untimed launches included
   float second_ms = first_ms;
-  if (settings.short_kernel_ms() > 0 && first_ms < 0.25f) {
+  if (!concurrent && settings.short_kernel_ms() > 0 && first_ms < 0.25f) {
     if (restore) {
       if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
     }
@@ -786,7 +1290,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     busy += second_ms;
   }
   int per_sample = 1;
-  if (settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
+  if (!concurrent && settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
     per_sample =
         static_cast<int>(std::ceil(5 * settings.short_kernel_ms() / std::max(second_ms, 1e-4f)));
     per_sample = std::clamp(per_sample, 1, 1000);
@@ -806,6 +1310,27 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
           graph_exec = cuda::GraphExec(&api_, ge);
       }
     }
+  }
+
+  // UNDER_LOAD: the canary on the idle GPU, the load started, the canary
+  // again under it; the load runs until the samples are taken (and is
+  // stopped on every way out).
+  bool loaded = false;
+  struct StopLoad {
+    LoadRunner* load;
+    bool* running;
+    ~StopLoad() {
+      if (*running) (void)load->Stop();
+    }
+  } stop_load{load_.get(), &loaded};
+  if (load_ != nullptr && !load_->empty()) {
+    absl::StatusOr<double> idle = Canary();
+    if (!idle.ok()) return infra(idle.status());
+    if (auto st = load_->Start(); !st.ok()) return infra(st);
+    loaded = true;
+    absl::StatusOr<double> busy_canary = Canary();
+    if (!busy_canary.ok()) return infra(busy_canary.status());
+    out.set_canary_slowdown(*idle > 0 ? *busy_canary / *idle : 0);
   }
 
   // 4. Samples, enqueued kChunk at a time so the GPU never waits on us.
@@ -839,7 +1364,11 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
           rc != CUDA_SUCCESS) {
         return cuda_failure(rc, "cuEventRecord", false);
       }
-      if (graph_exec) {
+      if (concurrent) {
+        if (CUresult rc = launch_concurrent(); rc != CUDA_SUCCESS) {
+          return cuda_failure(rc, "cuLaunchKernel", true);
+        }
+      } else if (graph_exec) {
         if (CUresult rc = api_.cuGraphLaunch(graph_exec.get(), s); rc != CUDA_SUCCESS) {
           return cuda_failure(rc, "cuGraphLaunch", true);
         }
@@ -872,7 +1401,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       if (throttled) {
         ++discarded;
       } else {
-        samples.push_back(static_cast<double>(ms) / per_sample);
+        samples.push_back(static_cast<double>(ms) / per_sample / (concurrent ? instances : 1));
       }
     }
     if (discarded > 4 * max_samples) break;  // throttled throughout: give up
@@ -892,6 +1421,13 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   out.set_sm_clock_mhz_after(clocks_.clock_mhz());
   out.set_throttled_samples_discarded(discarded);
   out.set_gpu_busy_ms(busy);
+  if (loaded) {
+    loaded = false;
+    absl::StatusOr<LoadResult> achieved = load_->Stop();
+    if (!achieved.ok()) return infra(achieved.status());
+    out.set_load_throughput(achieved->throughput);
+    for (const auto& [name, rate] : achieved->rates) (*out.mutable_load_rates())[name] = rate;
+  }
   if (samples.empty()) {
     out.set_status("runtime_fault");
     out.set_message("every sample was taken while the GPU was throttled");

@@ -170,17 +170,67 @@ absl::Status ValidateSettings(const v1::JobSpec& spec) {
   if (m.final_contenders() < 0) {
     return Invalid("measurement.final_contenders: must not be negative");
   }
-  // Parts of the API that are designed but not built yet are refused, not
-  // silently ignored.
-  if (m.load().kind() == v1::LoadProfile::UNDER_LOAD ||
-      m.load().kind() == v1::LoadProfile::CONCURRENT) {
-    return Invalid(StrCat("measurement.load.kind: ", v1::LoadProfile::Kind_Name(m.load().kind()),
-                          " is not supported yet (only ISOLATED)"));
+  const v1::LoadProfile& load = m.load();
+  auto fraction = [&](const char* field, double v) -> absl::Status {
+    if (!(v >= 0 && v <= 1)) {
+      return Invalid(StrCat("measurement.load.", field, ": ", v, " is not in [0, 1]"));
+    }
+    return absl::OkStatus();
+  };
+  KTUNE_RETURN_IF_ERROR(fraction("bandwidth_fraction", load.bandwidth_fraction()));
+  KTUNE_RETURN_IF_ERROR(fraction("h2d_fraction", load.h2d_fraction()));
+  KTUNE_RETURN_IF_ERROR(fraction("d2h_fraction", load.d2h_fraction()));
+  if (load.compute_sms() < 0) return Invalid("measurement.load.compute_sms: must not be negative");
+  if (load.instances() < 0 || load.streams() < 0) {
+    return Invalid("measurement.load.instances and streams: must not be negative");
+  }
+  for (int i = 0; i < load.companions_size(); ++i) {
+    const double v = load.companions(i).intensity();
+    if (!(v >= 0 && v <= 1)) {
+      return Invalid(
+          StrCat("measurement.load.companions[", i, "].intensity: ", v, " is not in [0, 1]"));
+    }
+  }
+  const bool has_load = load.bandwidth_fraction() > 0 || load.compute_sms() > 0 ||
+                        load.h2d_fraction() > 0 || load.d2h_fraction() > 0 ||
+                        load.companions_size() > 0;
+  switch (load.kind()) {
+    case v1::LoadProfile::UNDER_LOAD:
+      if (!has_load) {
+        return Invalid(
+            "measurement.load: UNDER_LOAD needs a load: bandwidth_fraction, compute_sms, "
+            "h2d_fraction, d2h_fraction or companions");
+      }
+      break;
+    case v1::LoadProfile::CONCURRENT:
+    case v1::LoadProfile::ISOLATED:
+    case v1::LoadProfile::KIND_UNSPECIFIED:
+      if (has_load) {
+        return Invalid(StrCat("measurement.load: a background load is declared but kind is ",
+                              v1::LoadProfile::Kind_Name(load.kind()),
+                              "; set kind to UNDER_LOAD to measure under it"));
+      }
+      break;
+    default: return Invalid("measurement.load.kind: unknown");
+  }
+  if (spec.has_pipeline()) {
+    const v1::Pipeline& p = spec.pipeline();
+    if (p.elements().empty())
+      return Invalid("pipeline.elements: required (the host array's length)");
+    if (p.chunk_elements().empty()) {
+      return Invalid("pipeline.chunk_elements: required (e.g. \"chunk_kib * 256\")");
+    }
+    if (p.streams().empty()) return Invalid("pipeline.streams: required (e.g. \"streams\")");
+    if (spec.arguments_size() > 0) {
+      return Invalid(
+          "arguments: a pipeline job's kernel takes (const T* in, T* out, unsigned long long n); "
+          "give no arguments");
+    }
+    if (load.kind() == v1::LoadProfile::UNDER_LOAD || load.kind() == v1::LoadProfile::CONCURRENT) {
+      return Invalid("measurement.load.kind: a pipeline job is measured end to end, ISOLATED");
+    }
   }
   if (m.rotate_inputs()) return Invalid("measurement.rotate_inputs: not supported yet");
-  if (spec.device().devices_size() > 1) {
-    return Invalid("device.devices: one device per job for now");
-  }
   const v1::Verification& v = spec.verification();
   if (!(v.atol() >= 0)) return Invalid("verification.atol: must not be negative");
   if (!(v.rtol() >= 0)) return Invalid("verification.rtol: must not be negative");

@@ -167,6 +167,27 @@ std::string ConditionsToJson(const Conditions& c) {
   j.Set("static_shared_bytes", c.static_shared_bytes);
   j.Set("local_bytes", c.local_bytes);
   j.Set("gpu_busy_ms", c.gpu_busy.count());
+  // Load profiles and pipelines: only what was measured, so an isolated
+  // measurement's record stays as it was.
+  if (c.load != LoadProfile::ISOLATED) j.Set("load", LoadProfile::Kind_Name(c.load));
+  auto positive = [&](const char* name, double v) {
+    if (v > 0 && std::isfinite(v)) j.Set(name, v);
+  };
+  positive("canary_slowdown", c.canary_slowdown);
+  positive("load_throughput", c.load_throughput);
+  if (!c.load_rates.empty()) {
+    Json rates = Json::MakeObject();
+    for (const auto& [k, v] : c.load_rates) rates.Set(k, std::isfinite(v) ? v : 0.0);
+    j.Set("load_rates", std::move(rates));
+  }
+  positive("throughput", c.throughput);
+  if (c.instances > 0) j.Set("instances", c.instances);
+  if (c.streams > 0) j.Set("streams", c.streams);
+  positive("h2d_ms", c.h2d_ms);
+  positive("kernel_ms", c.kernel_ms);
+  positive("d2h_ms", c.d2h_ms);
+  positive("overlap", c.overlap);
+  if (!c.device.empty()) j.Set("device", c.device);
   return j.Dump();
 }
 
@@ -194,6 +215,29 @@ Conditions ConditionsFromJson(const std::string& text) {
   if (const Json* v = j->Find("gpu_busy_ms"); v != nullptr && v->is_number()) {
     c.gpu_busy = Millis(v->as_double());
   }
+  auto number = [&](const char* name) {
+    const Json* v = j->Find(name);
+    return v != nullptr && v->is_number() ? v->as_double() : 0.0;
+  };
+  if (const Json* v = j->Find("load"); v != nullptr && v->is_string()) {
+    LoadProfile::Kind kind;
+    if (LoadProfile::Kind_Parse(v->as_string(), &kind)) c.load = kind;
+  }
+  c.canary_slowdown = number("canary_slowdown");
+  c.load_throughput = number("load_throughput");
+  if (const Json* v = j->Find("load_rates"); v != nullptr && v->is_object()) {
+    for (const auto& [k, r] : v->as_object()) {
+      if (r.is_number()) c.load_rates[k] = r.as_double();
+    }
+  }
+  c.throughput = number("throughput");
+  c.instances = integer("instances");
+  c.streams = integer("streams");
+  c.h2d_ms = number("h2d_ms");
+  c.kernel_ms = number("kernel_ms");
+  c.d2h_ms = number("d2h_ms");
+  c.overlap = number("overlap");
+  if (const Json* v = j->Find("device"); v != nullptr && v->is_string()) c.device = v->as_string();
   return c;
 }
 
