@@ -17,7 +17,8 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 bins=("$build/server/ktune")
 [ -x "$build/server/ktuned" ] && bins+=("$build/server/ktuned")
-for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench"; do
+for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench" \
+  "$build/bench/concurrency_bench"; do
   [ -x "$extra" ] && bins+=("$extra")
 done
 cp "${bins[@]}" "$out/bin/"
