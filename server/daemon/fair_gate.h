@@ -71,6 +71,7 @@ class GatedDevice final : public Device {
   int pipeline_depth() const override { return inner_->pipeline_depth(); }
   void Prefetch(const std::vector<Config>& configs) override { inner_->Prefetch(configs); }
   void Forget(const std::vector<Config>& configs) override { inner_->Forget(configs); }
+  void NoteBest(Millis time) override { inner_->NoteBest(time); }
   bool can_remeasure() const override { return inner_->can_remeasure(); }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 

@@ -13,6 +13,7 @@
 #include "server/runner/runner.h"
 #include "strategies/registry.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/base/file.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
 #include "tuner/session/job.h"
@@ -254,7 +255,14 @@ TEST_F(GpuTest, PipelineJobsVerifyAndReportTheirStages) {
   EXPECT_GE(ok, 6);
   // A kernel that writes the wrong values is caught end to end.
   const Job wrong = LoadJob("pipeline", {{"N", 1 << 22}}, [](v1::JobSpec& spec) {
-    (*spec.mutable_kernel()->mutable_defines())["work"] = "96 + (block_size_x == 512)";
+    // The kernel, wrong for one block size.
+    absl::StatusOr<std::string> src = ReadFileContents(KernelDir() + "/pipeline.cu");
+    ASSERT_TRUE(src.ok());
+    const std::string good = "out[i] = v;";
+    const std::size_t at = src->find(good);
+    ASSERT_NE(at, std::string::npos);
+    src->replace(at, good.size(), "out[i] = v + (block_size_x == 512 ? 0.5f : 0.0f);");
+    spec.mutable_kernel()->set_code(*src);
     spec.add_constraints("streams == 1 && chunk_mib >= 32");  // the reference among them
   });
   const SessionResult w = Tune(wrong, "brute_force", 0);

@@ -86,6 +86,9 @@ class CudaDevice final : public Device {
   int pipeline_depth() const override { return kPipelineDepth; }
   void Prefetch(const std::vector<Config>& configs) override;
   void Forget(const std::vector<Config>& configs) override;
+  void NoteBest(Millis time) override {
+    if (time.count() > 0 && (best_ms_ == 0 || time.count() < best_ms_)) best_ms_ = time.count();
+  }
   bool can_remeasure() const override { return true; }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 

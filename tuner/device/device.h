@@ -132,6 +132,9 @@ class Device {
   // A hint: these prefetched configurations will not be evaluated here
   // after all (another device took them); drop what was prepared.
   virtual void Forget(const std::vector<Config>& configs) { (void)configs; }
+  // A hint: another device measuring the same job (one job over several
+  // GPUs) has seen this best time; racing can use it.
+  virtual void NoteBest(Millis time) { (void)time; }
 
   // Re-measures the final contenders interleaved, for a fair last
   // comparison. Devices that replay recorded times cannot.

@@ -13,10 +13,8 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
     return absl::InvalidArgumentError("a device group needs at least two devices");
   }
   const DeviceInfo& first = members.front()->info();
-  std::vector<std::string> ids;
   for (std::size_t i = 0; i < members.size(); ++i) {
     const DeviceInfo& d = members[i]->info();
-    ids.push_back(d.id);
     if (d.simulated != first.simulated || d.name != first.name ||
         d.architecture != first.architecture || d.memory_bytes != first.memory_bytes ||
         (d.simulated && d.uuid != first.uuid)) {
@@ -34,7 +32,6 @@ absl::StatusOr<std::unique_ptr<DeviceGroup>> DeviceGroup::Create(
   }
   std::unique_ptr<DeviceGroup> g(new DeviceGroup());
   g->info_ = first;
-  g->info_.id = StrJoin(ids, "+");
   for (auto& d : members) {
     auto m = std::make_unique<Member>();
     m->device = std::move(d);
@@ -74,6 +71,7 @@ absl::Status DeviceGroup::Bind(const JobBinding& job) {
   Drain(lock);
   known_.clear();
   done_.clear();
+  best_ = Millis(0);
   space_ = job.space;
   // Idle members: binding from this thread is safe.
   for (auto& m : members_) {
@@ -196,11 +194,14 @@ void DeviceGroup::Loop(std::size_t index) {
       continue;
     }
     me.busy = true;
+    const Millis best = best_;
     lock.unlock();
+    if (best.count() > 0) me.device->NoteBest(best);
     absl::StatusOr<Measurement> m = me.device->Evaluate(config);
     if (m.ok()) m->conditions.device = me.device->info().id;
     lock.lock();
     me.busy = false;
+    if (m.ok() && m->ok() && (best_.count() == 0 || m->time < best_)) best_ = m->time;
     if (known_.count(config) != 0) done_.insert_or_assign(config, std::move(m));
     cv_.notify_all();
   }

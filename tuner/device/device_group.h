@@ -38,7 +38,8 @@ class DeviceGroup final : public Device {
   DeviceGroup(const DeviceGroup&) = delete;
   DeviceGroup& operator=(const DeviceGroup&) = delete;
 
-  // The first member's identity; the id joins the members' ids with '+'.
+  // The first member's identity (the store keeps the job under it); each
+  // measurement's Conditions::device names the member that took it.
   const DeviceInfo& info() const override { return info_; }
   bool replays_recorded_time() const override;
   absl::Status Bind(const JobBinding& job) override;
@@ -78,6 +79,9 @@ class DeviceGroup final : public Device {
   bool stop_ = false;
   std::unordered_set<Config, ConfigHash> known_;  // dealt, measuring or done
   std::unordered_map<Config, absl::StatusOr<Measurement>, ConfigHash> done_;
+  // The best time any member has measured, passed to the others (in their
+  // own threads) so that racing works as on one device.
+  Millis best_{0};
 };
 
 }  // namespace ktune
