@@ -906,7 +906,7 @@ CUresult Worker::RunPipeline(CUfunction f, const v1::WorkerCandidate& c, unsigne
   const int streams = stage < 0 ? c.streams() : 1;
   const std::size_t eb = ElementBytes(setup_.pipeline().type());
   const auto total = static_cast<std::size_t>(setup_.pipeline().elements());
-  const auto chunk = static_cast<std::size_t>(c.chunk_elements());
+  const std::size_t chunk = std::min(total, static_cast<std::size_t>(c.chunk_elements()));
   const char* in = static_cast<const char*>(c.pinned() ? pinned_in_.get() : pageable_in_.get());
   char* out = static_cast<char*>(c.pinned() ? pinned_out_.get() : pageable_out_.get());
   CUstream first = side_[0].get();
@@ -963,9 +963,12 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
                            ") and chunks of ", c.chunk_elements(), " elements (at least 1)"));
     return finish();
   }
+  // In and out buffers of one chunk for each stream that gets a chunk.
   const std::size_t eb = ElementBytes(setup_.pipeline().type());
-  const std::size_t need =
-      2 * static_cast<std::size_t>(streams) * static_cast<std::size_t>(c.chunk_elements()) * eb;
+  const auto total = static_cast<std::size_t>(setup_.pipeline().elements());
+  const std::size_t chunk = std::min(total, static_cast<std::size_t>(c.chunk_elements()));
+  const std::size_t used = std::min(static_cast<std::size_t>(streams), (total + chunk - 1) / chunk);
+  const std::size_t need = 2 * used * chunk * eb;
   if (pipe_device_.size_bytes() < need) {
     pipe_device_ = cuda::DeviceMemory();
     absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, need);

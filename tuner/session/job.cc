@@ -470,21 +470,20 @@ absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job) {
     KTUNE_RETURN_IF_ERROR(symbols.AddConstant(name, ValueType::kInt, IntScalar(v)));
   }
   std::int64_t total = 0;
-  for (int i = 0; i < job.spec.arguments_size(); ++i) {
-    const v1::Argument& a = job.spec.arguments(i);
-    if (a.kind_case() != v1::Argument::kBuffer) continue;
-    const std::string where = StrCat("arguments[", i, "] (", a.name(), ").buffer.size");
-    absl::StatusOr<Expr> size = Expr::CompileAs(a.buffer().size(), symbols, ValueType::kInt);
-    if (!size.ok()) {
+  // Adds `copies` buffers of `size` elements of `type`.
+  auto add = [&](const std::string& where, const std::string& size, v1::Argument::Type type,
+                 std::int64_t copies) -> absl::Status {
+    absl::StatusOr<Expr> e = Expr::CompileAs(size, symbols, ValueType::kInt);
+    if (!e.ok()) {
       return absl::InvalidArgumentError(
-          StrCat(where, ": must depend on the problem only: ", size.status().message()));
+          StrCat(where, ": must depend on the problem only: ", e.status().message()));
     }
     std::int64_t elements = 0;
-    if (!size->EvaluateInt(nullptr, &elements)) {
+    if (!e->EvaluateInt(nullptr, &elements)) {
       return absl::InvalidArgumentError(StrCat(where, ": cannot be evaluated for this problem"));
     }
     std::int64_t element_bytes = 4;
-    switch (a.type()) {
+    switch (type) {
       case v1::Argument::F16:
       case v1::Argument::BF16:
       case v1::Argument::I16:
@@ -496,10 +495,34 @@ absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job) {
       case v1::Argument::U64: element_bytes = 8; break;
       default: break;
     }
-    if (elements < 0 || elements > (INT64_MAX - total) / element_bytes) {
+    if (elements < 0 || elements > (INT64_MAX - total) / element_bytes / copies) {
       return absl::InvalidArgumentError(StrCat(where, ": ", elements, " elements"));
     }
-    total += elements * element_bytes;
+    total += copies * elements * element_bytes;
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < job.spec.arguments_size(); ++i) {
+    const v1::Argument& a = job.spec.arguments(i);
+    if (a.kind_case() != v1::Argument::kBuffer) continue;
+    KTUNE_RETURN_IF_ERROR(add(StrCat("arguments[", i, "] (", a.name(), ").buffer.size"),
+                              a.buffer().size(), a.type(), 1));
+  }
+  const v1::LoadProfile& load = job.spec.measurement().load();
+  for (int c = 0; c < load.companions_size(); ++c) {
+    for (int i = 0; i < load.companions(c).arguments_size(); ++i) {
+      const v1::Argument& a = load.companions(c).arguments(i);
+      if (a.kind_case() != v1::Argument::kBuffer) continue;
+      KTUNE_RETURN_IF_ERROR(add(StrCat("measurement.load.companions[", c, "].arguments[", i, "] (",
+                                       a.name(), ").buffer.size"),
+                                a.buffer().size(), a.type(), 1));
+    }
+  }
+  // A pipeline's chunk buffers, in and out on each stream in use, take at
+  // most twice the host array plus one chunk each way: bounded by four
+  // times the array.
+  if (job.spec.has_pipeline()) {
+    KTUNE_RETURN_IF_ERROR(
+        add("pipeline.elements", job.spec.pipeline().elements(), job.spec.pipeline().type(), 4));
   }
   return total;
 }

@@ -99,8 +99,9 @@ absl::StatusOr<Job> JobForRecording(const RecordedSpace& recording, const v1::Jo
 JobBinding BindingFor(const Job& job);
 
 // Bytes of GPU memory the job's buffer arguments take (sizes evaluated for
-// the job's problem). INVALID_ARGUMENT names an argument whose size cannot
-// be evaluated from the problem alone.
+// the job's problem), with its companion kernels' buffers and, for a
+// pipeline job, a bound on its chunk buffers. INVALID_ARGUMENT names an
+// argument whose size cannot be evaluated from the problem alone.
 absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job);
 
 // `message` serialised deterministically (map entries sorted): equal
