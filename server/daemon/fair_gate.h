@@ -72,6 +72,7 @@ class GatedDevice final : public Device {
   void Prefetch(const std::vector<Config>& configs) override { inner_->Prefetch(configs); }
   void Forget(const std::vector<Config>& configs) override { inner_->Forget(configs); }
   void NoteBest(Millis time) override { inner_->NoteBest(time); }
+  bool Ready(const Config& config) override { return inner_->Ready(config); }
   bool can_remeasure() const override { return inner_->can_remeasure(); }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 

@@ -72,7 +72,14 @@ class FakeDevice final : public Device {
     return out;
   }
 
+  // Configurations asked ahead, and whether each measurement counts as
+  // done ahead (as on a job spread over several GPUs).
+  int pipeline_depth() const override { return depth; }
+  bool Ready(const Config&) override { return ready; }
+
   std::map<std::string, int> calls;
+  int depth = 1;
+  bool ready = false;
   int fail_device_after = -1;
   bool remeasure = false;
   std::vector<std::string> remeasured;
@@ -209,6 +216,25 @@ TEST_F(SessionTest, InterruptedRunResumesWithoutMeasuringTwice) {
   EXPECT_EQ(device.calls.size(), 40u);
   EXPECT_EQ(StoredKeys(second->job.id), StoredKeys(ref->job.id));
   EXPECT_EQ(second->best->key, ref->best->key);
+}
+
+TEST_F(SessionTest, AStopStillRecordsMeasurementsAlreadyDone) {
+  FakeDevice device;
+  device.depth = 8;
+  device.ready = true;
+  const Job job = MakeJob("random", 5, 40);
+  absl::StatusOr<SessionResult> first = RunJob(job, device, 5);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->job.state, JobState::kInterrupted);
+  // Five, then the seven still queued (done already), in order; nothing
+  // more is asked.
+  EXPECT_EQ(first->progress.evaluations, 12);
+  EXPECT_EQ(StoredKeys(first->job.id).size(), 12u);
+  device.ready = false;
+  absl::StatusOr<SessionResult> second = RunJob(job, device);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->progress.replayed, 12);
+  for (const auto& [key, n] : device.calls) EXPECT_EQ(n, 1) << key;
 }
 
 TEST_F(SessionTest, TimeBudgetChargesRecordedCost) {

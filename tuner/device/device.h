@@ -132,6 +132,12 @@ class Device {
   // A hint: these prefetched configurations will not be evaluated here
   // after all (another device took them); drop what was prepared.
   virtual void Forget(const std::vector<Config>& configs) { (void)configs; }
+  // True when Evaluate(config) would return at once: its measurement is
+  // already done (a job spread over several GPUs measures ahead).
+  virtual bool Ready(const Config& config) {
+    (void)config;
+    return false;
+  }
   // A hint: another device measuring the same job (one job over several
   // GPUs) has seen this best time; racing can use it.
   virtual void NoteBest(Millis time) { (void)time; }

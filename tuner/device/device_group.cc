@@ -125,6 +125,11 @@ void DeviceGroup::Forget(const std::vector<Config>& configs) {
   }
 }
 
+bool DeviceGroup::Ready(const Config& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_.count(config) != 0;
+}
+
 absl::StatusOr<Measurement> DeviceGroup::Evaluate(const Config& config) {
   std::unique_lock<std::mutex> lock(mu_);
   if (known_.count(config) == 0) {

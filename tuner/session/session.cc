@@ -112,7 +112,10 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
   bool exhausted = false;
 
   while (true) {
-    if (stop_requested()) {
+    // Stopping: measurements that finished meanwhile (on another GPU of a
+    // job spread over several) are still recorded, in order.
+    const bool stopping = stop_requested();
+    if (stopping && (queue.empty() || !device_.Ready(queue.front()))) {
       interrupted = true;
       result.end_reason = "interrupted";
       break;
@@ -121,7 +124,7 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
       result.end_reason = why;
       break;
     }
-    while (!exhausted && queue.size() + batch <= depth) {
+    while (!stopping && !exhausted && queue.size() + batch <= depth) {
       std::size_t n = batch;
       if (job_.max_evaluations > 0) {
         n = std::min<std::size_t>(n, static_cast<std::size_t>(job_.max_evaluations - asked));
