@@ -116,7 +116,10 @@ absl::Status Scheduler::Start() {
     slot->info = (*d)->info();
     if (dynamic_cast<SimulatedDevice*>(d->get()) != nullptr) slot->probe = *std::move(d);
     for (const auto& other : devices_) {
-      if (other->info.uuid == slot->info.uuid) {
+      // One GPU served twice would time two jobs at once; two copies of a
+      // recording are two devices of one model.
+      if (other->info.uuid == slot->info.uuid &&
+          (!slot->info.simulated || other->locator == slot->locator)) {
         return absl::InvalidArgumentError(
             StrCat("--device ", locator, ": the same device as --device ", other->locator));
       }

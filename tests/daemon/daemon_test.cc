@@ -309,6 +309,51 @@ TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
   EXPECT_LT(ra.first, rb.second);
 }
 
+TEST_F(DaemonTest, SeveralDevices) {
+  // Two devices of one model (two copies of a recording) and another model.
+  const std::string copy = File("conv_copy.json.gz");
+  {
+    std::ifstream in(kRecorded + "convolution_milo_A100.json.gz", std::ios::binary);
+    std::ofstream(copy, std::ios::binary) << in.rdbuf();
+  }
+  ASSERT_TRUE(StartDaemon({"--devices", kConv + ",sim:" + copy, "--device", kPnpoly,
+                           "--max-running", "4", "--sim-speed", "400"}));
+  // A job over both devices of the model: each measurement names the one
+  // that took it, and both took some.
+  v1::JobSpec spread = Budget(40, 3);
+  spread.mutable_device()->add_devices(kConv);
+  spread.mutable_device()->add_devices("sim:" + copy);
+  v1::SubmitJobResponse s;
+  ASSERT_TRUE(Submit(spread, &s).ok());
+  EXPECT_EQ(Follow(s.job_id()), v1::SUCCEEDED);
+  std::map<std::string, int> by_device;
+  const v1::Job job = Get(s.job_id(), true);
+  EXPECT_EQ(job.measurements_size(), 40);
+  for (const auto& m : job.measurements()) ++by_device[m.conditions().device()];
+  EXPECT_GT(by_device[kConv], 0);
+  EXPECT_GT(by_device["sim:" + copy], 0);
+  // Two models never make one job.
+  v1::JobSpec mixed = Budget(10, 1);
+  mixed.mutable_device()->add_devices(kConv);
+  mixed.mutable_device()->add_devices(kPnpoly);
+  v1::SubmitJobResponse m;
+  const grpc::Status refused = Submit(mixed, &m);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("are not the same model"));
+  // Jobs that name no device go to the least busy one.
+  std::set<std::string> placed;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::JobSpec spec = Budget(200, 10 + i);
+    v1::SubmitJobResponse r;
+    ASSERT_TRUE(Submit(spec, &r).ok());
+    ids.push_back(r.job_id());
+    placed.insert(Get(r.job_id()).spec().device().devices(0));
+  }
+  EXPECT_EQ(placed.size(), 3u);
+  for (const std::string& id : ids) Follow(id);
+}
+
 TEST_F(DaemonTest, CancelQueuedAndRunningJobs) {
   ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--sim-speed", "50"}));
   v1::SubmitJobResponse running, queued;
