@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -371,7 +372,15 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
                                                 " is newer than this ktune knows (", latest,
                                                 "); use a newer ktune. Nothing was changed."));
   }
-  if (absl::Status s = d.Exec("PRAGMA journal_mode=WAL"); !s.ok()) return with_path(s);
+  // Switching a new file to WAL needs it alone: while another connection
+  // creates the same file SQLite may answer busy at once, without waiting
+  // (the busy handler cannot break that tie), so wait here, a while.
+  for (int attempt = 0;; ++attempt) {
+    absl::Status s = d.Exec("PRAGMA journal_mode=WAL");
+    if (s.ok()) break;
+    if (s.code() != absl::StatusCode::kUnavailable || attempt >= 500) return with_path(s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + attempt % 10));
+  }
   if (absl::Status s = d.Exec("PRAGMA foreign_keys=ON"); !s.ok()) return with_path(s);
   if (absl::Status s = d.Exec("PRAGMA synchronous=NORMAL"); !s.ok()) return with_path(s);
   if (version < latest) {
