@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "strategies/registry.h"
+#include "tests/testing/parameters.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/session/session.h"
 
@@ -89,12 +90,7 @@ class SlowDevice final : public Device {
   bool remeasuring_ = false;
 };
 
-Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
-  Parameter p;
-  p.name = name;
-  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
-  return p;
-}
+using testing::Range;
 
 Job MakeJob() {
   Job job;

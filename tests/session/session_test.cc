@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "strategies/registry.h"
+#include "tests/testing/parameters.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/session/warm_start.h"
 
@@ -91,12 +92,7 @@ class FakeDevice final : public Device {
   int total_calls_ = 0;
 };
 
-Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
-  Parameter p;
-  p.name = name;
-  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
-  return p;
-}
+using testing::Range;
 
 class SessionTest : public ::testing::Test {
  protected:

@@ -13,16 +13,12 @@
 #include "strategies/encoding.h"
 #include "strategies/gp.h"
 #include "strategies/registry.h"
+#include "tests/testing/parameters.h"
 
 namespace ktune {
 namespace {
 
-Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
-  Parameter p;
-  p.name = name;
-  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
-  return p;
-}
+using testing::Range;
 
 std::int64_t At(const Space& s, const Config& c, std::size_t i) {
   return std::get<std::int64_t>(s.ValueOf(c, i));

@@ -8,18 +8,14 @@
 #include "strategies/brute_force.h"
 #include "strategies/random_search.h"
 #include "strategies/registry.h"
+#include "tests/testing/parameters.h"
 
 namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
 
-Parameter Range(const std::string& name, std::int64_t lo, std::int64_t hi) {
-  Parameter p;
-  p.name = name;
-  for (std::int64_t v = lo; v <= hi; ++v) p.values.emplace_back(v);
-  return p;
-}
+using testing::Range;
 
 Space SmallSpace() {
   return *Space::Product({Range("a", 1, 8), Range("b", 1, 8)}, {"a * b <= 16"});
