@@ -248,6 +248,26 @@ double RelativeError(const std::vector<double>& v) {
   return mean > 0 ? sd / std::sqrt(static_cast<double>(v.size())) / mean : INFINITY;
 }
 
+// Whether a candidate has samples enough: the time cap is spent (once it
+// has `cap_min` samples), racing shows it clearly slower than `best_ms`
+// (marked in `out`), or the mean is as stable as asked.
+bool SamplingDone(const std::vector<double>& samples, const v1::WorkerSettings& settings,
+                  double best_ms, bool racing, int min_samples, int cap_min,
+                  Clock::time_point start, v1::WorkerMeasurement* out) {
+  const int count = static_cast<int>(samples.size());
+  const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() &&
+      count >= cap_min) {
+    return true;
+  }
+  if (racing && count >= std::max(1, settings.racing_min_samples()) &&
+      FirstQuartile(samples) > settings.racing_factor() * best_ms) {
+    out->set_raced(true);
+    return true;
+  }
+  return count >= min_samples && RelativeError(samples) < settings.target_relative_noise();
+}
+
 // Polls NVML from its own thread, so the sampling loop reads clocks and
 // throttling without calling NVML (whose calls can take a millisecond).
 class ClockSampler {
@@ -1073,18 +1093,10 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
     if (std::optional<v1::WorkerMeasurement> failure = timed_pass(-1)) return *std::move(failure);
     samples.push_back(ms);
     busy += ms;
-    const int count = static_cast<int>(samples.size());
-    const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() &&
-        count >= std::min(3, min_samples)) {
+    if (SamplingDone(samples, settings, c.best_ms(), racing, min_samples, std::min(3, min_samples),
+                     start, &out)) {
       break;
     }
-    if (racing && count >= std::max(1, settings.racing_min_samples()) &&
-        FirstQuartile(samples) > settings.racing_factor() * c.best_ms()) {
-      out.set_raced(true);
-      break;
-    }
-    if (count >= min_samples && RelativeError(samples) < settings.target_relative_noise()) break;
   }
   // The stages one after another on one stream: what overlap can save.
   double stage_ms[3] = {0, 0, 0};
@@ -1408,18 +1420,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       }
     }
     if (discarded > 4 * max_samples) break;  // throttled throughout: give up
-    const int count = static_cast<int>(samples.size());
-    const double elapsed = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (count >= max_samples) break;
-    if (settings.max_candidate_ms() > 0 && elapsed > settings.max_candidate_ms() && count >= 1) {
-      break;
-    }
-    if (racing && count >= std::max(1, settings.racing_min_samples()) &&
-        FirstQuartile(samples) > settings.racing_factor() * c.best_ms()) {
-      out.set_raced(true);
-      break;
-    }
-    if (count >= min_samples && RelativeError(samples) < settings.target_relative_noise()) break;
+    if (static_cast<int>(samples.size()) >= max_samples) break;
+    if (SamplingDone(samples, settings, c.best_ms(), racing, min_samples, 1, start, &out)) break;
   }
   out.set_sm_clock_mhz_after(clocks_.clock_mhz());
   out.set_throttled_samples_discarded(discarded);
