@@ -58,6 +58,8 @@ double NormalQuantile(double p) {
 // then short ones while the data are few or have grown by a fifth, else
 // none (the fit changes little between). Updates `fitted_on`.
 constexpr std::size_t kMaxPriorFailures = 150;
+// Random draws a batch's initial pick is chosen from (see SpreadPick).
+constexpr int kSpreadDraws = 30;
 // Hill-climbing steps refining a pick from a sampled candidate set.
 constexpr int kRefineSteps = 8;
 
@@ -127,6 +129,32 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
     if (seen_.count(*c) == 0) return c;
   }
   return std::nullopt;
+}
+
+std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
+  if (batch.empty()) return RandomUnseen();
+  // How many of a configuration's values no member of the batch has yet.
+  auto fresh = [&](const Config& c) {
+    int count = 0;
+    for (std::size_t p = 0; p < c.index.size(); ++p) {
+      count += std::none_of(batch.begin(), batch.end(),
+                            [&](const Config& b) { return b.index[p] == c.index[p]; });
+    }
+    return count;
+  };
+  std::optional<Config> best;
+  int best_fresh = -1;
+  for (int draw = 0; draw < kSpreadDraws; ++draw) {
+    std::optional<Config> c = space_.Sample(rng_);
+    if (!c) break;
+    if (seen_.count(*c) != 0) continue;
+    const int f = fresh(*c);
+    if (f > best_fresh) {
+      best_fresh = f;
+      best = std::move(c);
+    }
+  }
+  return best ? best : RandomUnseen();
 }
 
 void BayesianOptimization::Refit() {
@@ -258,7 +286,7 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
   while (out.size() < n &&
          (observations_.size() + out.size() < static_cast<std::size_t>(initial_) || n_ok < 2)) {
-    std::optional<Config> c = RandomUnseen();
+    std::optional<Config> c = SpreadPick(out);
     if (!c) return out;
     take(*std::move(c));
   }

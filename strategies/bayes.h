@@ -16,7 +16,8 @@
 // otherwise a uniform sample plus the neighbours of the best few so far,
 // and each pick is refined by hill-climbing through its one-parameter
 // neighbours. Batches (Ask(n > 1)) use the kriging believer: each pick is
-// added at its predicted mean before the next is chosen.
+// added at its predicted mean before the next is chosen; a batch that holds
+// initial random picks spreads them over each parameter's values.
 #ifndef KTUNE_STRATEGIES_BAYES_H_
 #define KTUNE_STRATEGIES_BAYES_H_
 
@@ -69,6 +70,11 @@ class BayesianOptimization final : public Strategy {
   };
 
   std::optional<Config> RandomUnseen();
+  // A random initial pick for a batch that already holds `batch`: of a few
+  // uniform draws, the one that brings the most parameter values the batch
+  // lacks. A batch is measured without feedback between its picks, so its
+  // random picks should spread over each parameter's values.
+  std::optional<Config> SpreadPick(const std::vector<Config>& batch);
   void Refit();
   std::vector<Config> Candidates();
   // Success probabilities at the rows of `xc`.

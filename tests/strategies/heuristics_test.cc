@@ -14,6 +14,7 @@
 #include "strategies/gp.h"
 #include "strategies/registry.h"
 #include "tests/testing/parameters.h"
+#include "tuner/base/strings.h"
 
 namespace ktune {
 namespace {
@@ -259,6 +260,35 @@ TEST(StrategiesTest, BayesSearchesSpacesTooLargeToList) {
   const RunResult bayes = Drive("bayes", space, loss, 60, 1, 1);
   // Random search expects a best loss near 300 after 60 draws.
   EXPECT_LT(bayes.best, 30.0);
+}
+
+TEST(StrategiesTest, BayesSpreadsABatchOfInitialPicksOverEachParametersValues) {
+  // A first batch of 8 is measured without feedback: its picks should show
+  // each parameter many of its 8 values. Uniform draws show about 5.3 of
+  // 8 per parameter on average.
+  const Space space =
+      *Space::Product({Range("a", 0, 7), Range("b", 0, 7), Range("c", 0, 7), Range("d", 0, 7)}, {});
+  auto flat = [](const Space&, const Config&) { return Ok(1.0); };
+  auto distinct = [&](const std::string& name, std::uint64_t seed) {
+    const RunResult r = Drive(name, space, flat, 8, 8, seed);
+    std::vector<std::set<std::string>> values(4);
+    for (const std::string& key : r.keys) {
+      std::vector<std::string> parts = StrSplit(key, ',');
+      for (std::size_t p = 0; p < 4; ++p) values[p].insert(parts[p]);
+    }
+    int total = 0;
+    for (const auto& v : values) total += static_cast<int>(v.size());
+    return total;
+  };
+  int bayes = 0, random = 0;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    bayes += distinct("bayes", seed);
+    random += distinct("random", seed);
+  }
+  // Per parameter and batch: at least 6.5 values on average, and clearly
+  // more than uniform draws.
+  EXPECT_GE(bayes, 20 * 4 * 13 / 2);
+  EXPECT_GT(bayes, random + 20 * 4);
 }
 
 TEST(EncoderTest, LogScalesPowersAndOneHotsCategories) {
