@@ -107,6 +107,7 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   po.cache_dir = CompileCache::DefaultDir();
   po.nvrtc_version = (*nvrtc)->version_text();
+  po.start_warm = true;  // NVRTC loads while the GPU opens
   absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(po);
   if (!pool.ok()) return pool.status();
   return std::shared_ptr<CompilePool>(*std::move(pool));

@@ -86,6 +86,48 @@ TEST(NvrtcTest, ACompileErrorIsAResultWithTheLog) {
   EXPECT_THAT(out.log(), HasSubstr("kernel.cu(6)"));
 }
 
+// A kernel that needs what -minimal leaves out (the runtime's texture
+// types).
+v1::CompileRequest Texture(int block) {
+  v1::CompileRequest r;
+  r.set_source(
+      "extern \"C\" __global__ void fetch(cudaTextureObject_t t, float* y) {\n"
+      "  y[threadIdx.x] = tex1Dfetch<float>(t, blockIdx.x * block + threadIdx.x);\n"
+      "}\n");
+  r.set_kernel_expression("fetch");
+  r.set_architecture("sm_90");
+  r.add_options("-Dblock=" + std::to_string(block));
+  return r;
+}
+
+TEST(NvrtcTest, MinimalGivesTheSameImageAndFallsBackWhenTheSourceNeedsMore) {
+  SKIP_WITHOUT_NVRTC();
+  if (!nvrtc->has_minimal())
+    GTEST_SKIP() << "NVRTC " << nvrtc->version_text() << " has no -minimal";
+  v1::CompileRequest plain = Saxpy(128, 4);
+  v1::CompileRequest minimal = plain;
+  minimal.set_try_minimal(true);
+  const v1::CompileResult a = nvrtc->Compile(plain);
+  const v1::CompileResult b = nvrtc->Compile(minimal);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.log() << b.log();
+  EXPECT_EQ(a.cubin(), b.cubin());
+  EXPECT_FALSE(b.minimal_refused());
+
+  v1::CompileRequest texture = Texture(64);
+  texture.set_try_minimal(true);
+  const v1::CompileResult t = nvrtc->Compile(texture);
+  ASSERT_TRUE(t.ok()) << t.log();
+  EXPECT_TRUE(t.minimal_refused());
+
+  // A real error fails both ways and shows the full compiler's log.
+  v1::CompileRequest broken = minimal;
+  broken.set_source(broken.source() + "\nthis is not CUDA;\n");
+  const v1::CompileResult e = nvrtc->Compile(broken);
+  EXPECT_FALSE(e.ok());
+  EXPECT_FALSE(e.minimal_refused());
+  EXPECT_THAT(e.log(), HasSubstr("kernel.cu(6)"));
+}
+
 TEST(NvrtcTest, TemplatesThroughNameExpressions) {
   SKIP_WITHOUT_NVRTC();
   v1::CompileRequest r;
@@ -140,6 +182,25 @@ TEST(CompilePoolTest, WorkersCompileAndTheCacheAnswersRepeats) {
   EXPECT_TRUE((*again)->Submit(Saxpy(128, 2)).get().ok());
   EXPECT_EQ((*again)->compiled(), 0);
   EXPECT_EQ((*again)->cache_hits(), 1);
+}
+
+TEST(CompilePoolTest, ASourceThatNeedsTheFullFrontEndGetsItForLaterVariants) {
+  SKIP_WITHOUT_NVRTC();
+  if (!nvrtc->has_minimal())
+    GTEST_SKIP() << "NVRTC " << nvrtc->version_text() << " has no -minimal";
+  CompilePoolOptions o = PoolOptions("");
+  o.workers = 1;
+  o.start_warm = true;
+  absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(o);
+  ASSERT_TRUE(pool.ok());
+  const v1::CompileResult first = (*pool)->Submit(Texture(32)).get();
+  ASSERT_TRUE(first.ok()) << first.log() << first.error();
+  EXPECT_TRUE(first.minimal_refused());
+  // Remembered: the next variant goes straight to the full compile.
+  const v1::CompileResult second = (*pool)->Submit(Texture(64)).get();
+  ASSERT_TRUE(second.ok()) << second.log();
+  EXPECT_FALSE(second.minimal_refused());
+  EXPECT_TRUE((*pool)->Submit(Saxpy(64, 2)).get().ok());
 }
 
 TEST(CompilePoolTest, ACompileOverItsTimeLimitIsAFailedCandidate) {

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -14,8 +15,7 @@
 
 namespace ktune {
 
-std::string CompileCache::Key(const v1::CompileRequest& request,
-                              const std::string& nvrtc_version) {
+std::string CompileCache::Key(const v1::CompileRequest& request, const std::string& nvrtc_version) {
   Sha256 h;
   auto field = [&](std::string_view s) {
     h.Update(StrCat(s.size(), ":"));
@@ -125,6 +125,8 @@ std::shared_future<v1::CompileResult> CompilePool::Submit(v1::CompileRequest req
     return p.get_future().share();
   }
   lock.lock();
+  request.set_try_minimal(options_.minimal &&
+                          needs_full_.count(std::hash<std::string>()(request.source())) == 0);
   Task task;
   task.request = std::move(request);
   task.key = key;
@@ -148,6 +150,18 @@ std::int64_t CompilePool::cache_hits() const {
 
 void CompilePool::WorkerLoop(int index) {
   std::optional<Subprocess> worker;
+  auto start = [&]() -> absl::Status {
+    std::vector<std::string> argv = options_.worker_argv;
+    argv.push_back("--memory-limit");
+    argv.push_back(std::to_string(options_.memory_limit_bytes));
+    if (options_.start_warm) argv.push_back("--warm");
+    absl::StatusOr<Subprocess> started = Subprocess::Start(argv);
+    if (!started.ok()) return started.status();
+    worker.emplace(*std::move(started));
+    return absl::OkStatus();
+  };
+  // A failure here is reported with the first task.
+  if (options_.start_warm) (void)start();
   while (true) {
     Task task;
     {
@@ -161,14 +175,8 @@ void CompilePool::WorkerLoop(int index) {
     result.set_id(task.request.id());
     bool cacheable = true;  // not a timeout or a dead worker: those may pass
     if (!worker) {
-      std::vector<std::string> argv = options_.worker_argv;
-      argv.push_back("--memory-limit");
-      argv.push_back(std::to_string(options_.memory_limit_bytes));
-      absl::StatusOr<Subprocess> started = Subprocess::Start(argv);
-      if (started.ok()) {
-        worker.emplace(*std::move(started));
-      } else {
-        result.set_error(StrCat("compile worker ", index, ": ", started.status().message()));
+      if (absl::Status s = start(); !s.ok()) {
+        result.set_error(StrCat("compile worker ", index, ": ", s.message()));
       }
     }
     if (worker) {
@@ -194,6 +202,9 @@ void CompilePool::WorkerLoop(int index) {
     }
     if (cacheable) cache_.Put(task.key, result);
     std::lock_guard<std::mutex> lock(mu_);
+    if (result.minimal_refused()) {
+      needs_full_.insert(std::hash<std::string>()(task.request.source()));
+    }
     ++compiled_;
     in_flight_.erase(task.key);
     task.promise.set_value(std::move(result));
@@ -202,6 +213,7 @@ void CompilePool::WorkerLoop(int index) {
 
 int RunCompileWorker(const std::vector<std::string>& args) {
   DieWithParent();
+  const bool warm = std::find(args.begin(), args.end(), "--warm") != args.end();
   for (std::size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "--memory-limit") {
       const rlim_t limit = std::strtoull(args[i + 1].c_str(), nullptr, 10);
@@ -213,6 +225,16 @@ int RunCompileWorker(const std::vector<std::string>& args) {
   }
   MessageChannel channel = ParentChannel();
   absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  if (warm && nvrtc.ok() && !(*nvrtc)->supported_archs().empty()) {
+    // NVRTC's first compile in a process also loads its builtins: pay that
+    // before any request.
+    v1::CompileRequest r;
+    r.set_source("extern \"C\" __global__ void ktune_warm(float* x) { x[threadIdx.x] += 1.0f; }");
+    r.set_kernel_expression("ktune_warm");
+    r.set_architecture(StrCat("sm_", (*nvrtc)->supported_archs().back()));
+    r.set_try_minimal(true);
+    (void)(*nvrtc)->Compile(r);
+  }
   while (true) {
     v1::CompileRequest request;
     if (!channel.Receive(&request).ok()) return 0;  // parent gone or done

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -57,8 +58,14 @@ struct CompilePoolOptions {
   int workers = 1;
   std::chrono::milliseconds timeout{120'000};  // per compile
   std::int64_t memory_limit_bytes = std::int64_t{16} << 30;
-  std::string cache_dir;       // see CompileCache
-  std::string nvrtc_version;   // part of the cache key
+  std::string cache_dir;      // see CompileCache
+  std::string nvrtc_version;  // part of the cache key
+  // Compile with NVRTC's -minimal first (see Nvrtc::Compile); a source that
+  // needs the full front end once gets it for every later variant.
+  bool minimal = true;
+  // Start the worker processes now and have each compile a tiny kernel, so
+  // the first job finds NVRTC loaded and warm (otherwise on first use).
+  bool start_warm = false;
 };
 
 // Thread-safe. The destructor stops the workers (pending futures get an
@@ -99,12 +106,14 @@ class CompilePool {
   std::uint64_t next_id_ = 1;
   std::int64_t compiled_ = 0;
   std::int64_t hits_ = 0;
+  // Sources (by hash) that -minimal cannot compile.
+  std::unordered_set<std::size_t> needs_full_;
   std::vector<std::thread> threads_;
 };
 
 // The compile worker's main loop: reads CompileRequests from the parent,
-// answers CompileResults. Flags: --memory-limit BYTES. Returns the exit
-// code.
+// answers CompileResults. Flags: --memory-limit BYTES, --warm (compile a
+// tiny kernel before the first request). Returns the exit code.
 int RunCompileWorker(const std::vector<std::string>& args);
 
 }  // namespace ktune

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -43,8 +44,8 @@ absl::StatusOr<const Nvrtc::Api*> LoadApi() {
   if (const char* env = std::getenv("KTUNE_NVRTC"); env != nullptr && *env != '\0') {
     candidates.emplace_back(env);
   }
-  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                           "/usr/local/cuda/lib64/libnvrtc.so"}) {
+  for (const char* name :
+       {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "/usr/local/cuda/lib64/libnvrtc.so"}) {
     candidates.emplace_back(name);
   }
   std::string tried;
@@ -128,8 +129,28 @@ absl::StatusOr<const Nvrtc*> Nvrtc::Get() {
 
 std::string Nvrtc::version_text() const { return StrCat(major_, ".", minor_); }
 
+bool Nvrtc::has_minimal() const { return version() >= 12040; }
+
 v1::CompileResult Nvrtc::Compile(const v1::CompileRequest& request) const {
   const auto start = std::chrono::steady_clock::now();
+  const bool minimal =
+      request.try_minimal() && has_minimal() &&
+      std::none_of(request.options().begin(), request.options().end(),
+                   [](const std::string& o) { return o == "-minimal" || o == "--minimal"; });
+  v1::CompileResult out = CompileOnce(request, minimal);
+  if (minimal && !out.ok() && out.error().empty()) {
+    // The source may use what -minimal leaves out (textures, device-side
+    // runtime calls, the runtime's types): the full front end decides, and
+    // its log is the one a user sees.
+    out = CompileOnce(request, false);
+    out.set_minimal_refused(out.ok());
+  }
+  out.set_compile_ms(
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  return out;
+}
+
+v1::CompileResult Nvrtc::CompileOnce(const v1::CompileRequest& request, bool minimal) const {
   v1::CompileResult out;
   out.set_id(request.id());
   auto fail = [&](nvrtcResult rc, const char* call) {
@@ -150,8 +171,8 @@ v1::CompileResult Nvrtc::Compile(const v1::CompileRequest& request) const {
   }
   nvrtcProgram raw = nullptr;
   const std::string name = request.source_name().empty() ? "kernel.cu" : request.source_name();
-  nvrtcResult rc = api_->CreateProgram(&raw, request.source().c_str(), name.c_str(), 0,
-                                       nullptr, nullptr);
+  nvrtcResult rc =
+      api_->CreateProgram(&raw, request.source().c_str(), name.c_str(), 0, nullptr, nullptr);
   if (rc != NVRTC_SUCCESS) return fail(rc, "nvrtcCreateProgram");
   std::unique_ptr<nvrtcProgram, ProgramPtrDeleter> program(raw, ProgramPtrDeleter{api_});
   if (request.is_name_expression()) {
@@ -160,6 +181,7 @@ v1::CompileResult Nvrtc::Compile(const v1::CompileRequest& request) const {
   }
   std::vector<std::string> options(request.options().begin(), request.options().end());
   options.push_back(StrCat("--gpu-architecture=", request.architecture()));
+  if (minimal) options.push_back("-minimal");
   std::vector<const char*> argv;
   for (const std::string& o : options) argv.push_back(o.c_str());
   const nvrtcResult compiled =
@@ -174,8 +196,8 @@ v1::CompileResult Nvrtc::Compile(const v1::CompileRequest& request) const {
   if (compiled != NVRTC_SUCCESS) {
     out.set_ok(false);
     if (compiled != NVRTC_ERROR_COMPILATION) {
-      out.set_log(StrCat(out.log(), out.log().empty() ? "" : "\n", "nvrtcCompileProgram: ",
-                         api_->GetErrorString(compiled)));
+      out.set_log(StrCat(out.log(), out.log().empty() ? "" : "\n",
+                         "nvrtcCompileProgram: ", api_->GetErrorString(compiled)));
     }
   } else {
     std::size_t size = 0;
@@ -195,9 +217,6 @@ v1::CompileResult Nvrtc::Compile(const v1::CompileRequest& request) const {
     }
     out.set_ok(true);
   }
-  out.set_compile_ms(
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-          .count());
   return out;
 }
 

@@ -25,14 +25,20 @@ class Nvrtc {
   // Architectures this NVRTC can produce CUBIN for, e.g. {75, 80, 90}.
   const std::vector<int>& supported_archs() const { return archs_; }
 
+  // Whether this NVRTC knows -minimal (12.4 and later).
+  bool has_minimal() const;
+
   // Compiles `request` to CUBIN. A compile error is a result with ok false
-  // and the log; only infrastructure failures set `error`.
+  // and the log; only infrastructure failures set `error`. With
+  // try_minimal (and an NVRTC that has it), -minimal first, then without
+  // it if that fails (minimal_refused says the second one succeeded).
   v1::CompileResult Compile(const v1::CompileRequest& request) const;
 
   struct Api;
 
  private:
   Nvrtc() = default;
+  v1::CompileResult CompileOnce(const v1::CompileRequest& request, bool minimal) const;
   const Api* api_ = nullptr;
   int major_ = 0;
   int minor_ = 0;

@@ -237,6 +237,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   po.timeout = options.compile_timeout;
   po.cache_dir = options.cache_dir;
   po.nvrtc_version = d->nvrtc_version_;
+  po.start_warm = true;  // NVRTC loads while the GPU opens
   if (options.shared_pool != nullptr) {
     d->pool_ = options.shared_pool;
   } else {
