@@ -251,6 +251,13 @@ double RelativeError(const std::vector<double>& v) {
 // Whether a candidate has samples enough: the time cap is spent (once it
 // has `cap_min` samples), racing shows it clearly slower than `best_ms`
 // (marked in `out`), or the mean is as stable as asked.
+// Launches per sample for a kernel of `ms` below the short-kernel limit:
+// enough for a sample of about five times that limit.
+int LaunchesPerSample(const v1::WorkerSettings& settings, float ms) {
+  const int n = static_cast<int>(std::ceil(5 * settings.short_kernel_ms() / std::max(ms, 1e-4f)));
+  return std::clamp(n, 1, 1000);
+}
+
 bool SamplingDone(const std::vector<double>& samples, const v1::WorkerSettings& settings,
                   double best_ms, bool racing, int min_samples, int cap_min,
                   Clock::time_point start, v1::WorkerMeasurement* out) {
@@ -1278,42 +1285,22 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
 
   // 3. How many launches make a sample: one, unless the kernel is short.
   // The first launch after loading carries one-time costs, so a kernel
-  // that looks short is timed once more before deciding.
+  // that looks short is decided on by its first chunk of samples: if their
+  // median is short too, they are dropped and sampling starts again with
+  // several launches per sample.
   const bool restore = std::any_of(buffers_.begin(), buffers_.end(),
                                    [](const Buffer& b) { return b.pristine.get() != 0; });
   double busy = first_ms;  // event-timed kernel work, the untimed launches included
-  float second_ms = first_ms;
-  if (!concurrent && settings.short_kernel_ms() > 0 && first_ms < 0.25f) {
-    if (restore) {
-      if (auto st = RestoreInputs(s); !st.ok()) return infra(st);
-    }
-    if (CUresult rc = api_.cuEventRecord(first_start_.get(), s); rc != CUDA_SUCCESS) {
-      return cuda_failure(rc, "cuEventRecord", false);
-    }
-    if (CUresult rc = launch(s); rc != CUDA_SUCCESS)
-      return cuda_failure(rc, "cuLaunchKernel", true);
-    if (CUresult rc = api_.cuEventRecord(first_end_.get(), s); rc != CUDA_SUCCESS) {
-      return cuda_failure(rc, "cuEventRecord", false);
-    }
-    if (CUresult rc = api_.cuEventSynchronize(first_end_.get()); rc != CUDA_SUCCESS) {
-      return cuda_failure(rc, "running the kernel", false);
-    }
-    if (CUresult rc = api_.cuEventElapsedTime(&second_ms, first_start_.get(), first_end_.get());
-        rc != CUDA_SUCCESS) {
-      return cuda_failure(rc, "cuEventElapsedTime", false);
-    }
-    busy += second_ms;
-  }
+  bool undecided = !concurrent && settings.short_kernel_ms() > 0 && first_ms < 0.25f;
   int per_sample = 1;
-  if (!concurrent && settings.short_kernel_ms() > 0 && second_ms < settings.short_kernel_ms()) {
-    per_sample =
-        static_cast<int>(std::ceil(5 * settings.short_kernel_ms() / std::max(second_ms, 1e-4f)));
-    per_sample = std::clamp(per_sample, 1, 1000);
+  if (!concurrent && !undecided && settings.short_kernel_ms() > 0 &&
+      first_ms < settings.short_kernel_ms()) {
+    per_sample = LaunchesPerSample(settings, first_ms);
   }
-  out.set_launches_per_sample(per_sample);
   cuda::Graph graph;
   cuda::GraphExec graph_exec;
-  if (per_sample > 1 && settings.use_graphs()) {
+  auto capture = [&] {
+    if (per_sample <= 1 || !settings.use_graphs()) return;
     if (CUresult rc = api_.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
         rc == CUDA_SUCCESS) {
       for (int k = 0; k < per_sample; ++k) launch(s);
@@ -1325,7 +1312,8 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
           graph_exec = cuda::GraphExec(&api_, ge);
       }
     }
-  }
+  };
+  capture();
 
   // UNDER_LOAD: the canary on the idle GPU, the load started, the canary
   // again under it; the load runs until the samples are taken (and is
@@ -1420,9 +1408,22 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       }
     }
     if (discarded > 4 * max_samples) break;  // throttled throughout: give up
+    if (undecided && !samples.empty()) {
+      undecided = false;
+      std::vector<double> first(samples);
+      std::nth_element(first.begin(), first.begin() + first.size() / 2, first.end());
+      const double median = first[first.size() / 2];
+      if (median < settings.short_kernel_ms()) {
+        per_sample = LaunchesPerSample(settings, static_cast<float>(median));
+        capture();
+        samples.clear();
+        continue;
+      }
+    }
     if (static_cast<int>(samples.size()) >= max_samples) break;
     if (SamplingDone(samples, settings, c.best_ms(), racing, min_samples, 1, start, &out)) break;
   }
+  out.set_launches_per_sample(per_sample);
   out.set_sm_clock_mhz_after(clocks_.clock_mhz());
   out.set_throttled_samples_discarded(discarded);
   out.set_gpu_busy_ms(busy);
