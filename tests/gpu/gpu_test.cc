@@ -14,8 +14,10 @@
 #include "strategies/registry.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/file.h"
+#include "tuner/base/strings.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
+#include "tuner/measure/fill.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -274,6 +276,76 @@ TEST_F(GpuTest, PipelineJobsVerifyAndReportTheirStages) {
     }
   }
   EXPECT_GT(bad, 0);
+}
+
+// Seeded noise, constants and sequences are made on the GPU: a kernel that
+// copies such an input to an output matches, with no tolerance, the bytes
+// FillRange makes on the host for the same argument.
+TEST_F(GpuTest, ArgumentsFilledOnTheGpuHoldTheHostsValues) {
+  constexpr std::int64_t kElements = 100003;
+  const std::pair<const char*, v1::ElementType> types[] = {
+      {"F16", v1::ELEMENT_F16}, {"BF16", v1::ELEMENT_BF16}, {"F32", v1::ELEMENT_F32},
+      {"F64", v1::ELEMENT_F64}, {"I8", v1::ELEMENT_I8},     {"I16", v1::ELEMENT_I16},
+      {"I32", v1::ELEMENT_I32}, {"I64", v1::ELEMENT_I64},   {"U8", v1::ELEMENT_U8},
+      {"U16", v1::ELEMENT_U16}, {"U32", v1::ELEMENT_U32},   {"U64", v1::ELEMENT_U64}};
+  int checked = 0;
+  for (const auto& [type_name, type] : types) {
+    const bool is_unsigned = type_name[0] == 'U';
+    const double low = is_unsigned ? 0 : -100;
+    for (int mode = 0; mode < 3; ++mode) {
+      v1::WorkerBuffer host;
+      host.set_name("x");
+      host.set_type(type);
+      host.set_elements(kElements);
+      std::string init;
+      if (mode == 0) {
+        host.mutable_uniform()->set_low(low);
+        host.mutable_uniform()->set_high(low + 200);
+        host.mutable_uniform()->set_seed(11);
+        init = StrCat("\"uniform\": {\"low\": ", low, ", \"high\": ", low + 200, ", \"seed\": 11}");
+      } else if (mode == 1) {
+        host.set_constant(2.75);
+        init = "\"constant\": 2.75";
+      } else {
+        host.mutable_iota()->set_start(low);
+        host.mutable_iota()->set_step(0.00199);
+        init = StrCat("\"iota\": {\"start\": ", low, ", \"step\": 0.00199}");
+      }
+      std::string bytes(static_cast<std::size_t>(kElements) * ElementBytes(type), '\0');
+      ASSERT_TRUE(FillRange(host, 0, kElements, bytes.data(), 1).ok());
+      const std::string expected = tmp_.File(StrCat("expected_", type_name, mode));
+      ASSERT_TRUE(WriteFileAtomically(expected, bytes).ok());
+      const std::string json =
+          StrCat(R"j({
+        "kernel": {"name": "copy", "code": "extern \"C\" __global__ void copy(const unsigned char* x, unsigned char* y, long long n) { for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = x[i]; }"},
+        "parameters": [{"name": "block_size_x", "ints": [128, 256]}],
+        "problem": {"N": )j",
+                 kElements, R"j(},
+        "launch": {"grid": ["ceil_div(N, block_size_x)"]},
+        "arguments": [
+          {"name": "x", "type": ")j",
+                 type_name, R"j(", "buffer": {"size": "N", )j", init, R"j(}},
+          {"name": "y", "type": ")j",
+                 type_name, R"j(", "buffer": {"size": "N", "direction": "OUTPUT"}},
+          {"name": "n", "type": "I64", "scalar": ")j",
+                 bytes.size(), R"j("}
+        ],
+        "verification": {"expectedData": {"files": {"y": ")j",
+                 expected, R"j("}}, "atol": 0, "rtol": 0}
+      })j");
+      absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(json, "fill.json");
+      ASSERT_TRUE(spec.ok()) << spec.status();
+      absl::StatusOr<Job> job = ResolveJob(*spec, tmp_.path());
+      ASSERT_TRUE(job.ok()) << job.status();
+      const SessionResult r = Tune(*job, "brute_force");
+      for (const auto& [key, m] : Measurements(r.job.id)) {
+        EXPECT_EQ(m.measurement.status, CandidateStatus::kOk)
+            << type_name << " mode " << mode << " " << key << ": " << m.measurement.message;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 12 * 3 * 2);
 }
 
 TEST_F(GpuTest, AJobSpreadsOverTwoGpus) {

@@ -52,6 +52,69 @@ __device__ double ktune_b2d(unsigned short b) {
   return (double)__uint_as_float(((unsigned int)b) << 16);
 }
 
+// Argument contents made on the GPU, element for element the values
+// FillRange makes on the host (tuner/measure/fill.cc): the same splitmix64
+// hash, the same double arithmetic without contraction, the same rounding
+// to each type.
+__device__ double ktune_uniform(unsigned long long seed, unsigned long long index) {
+  unsigned long long z = seed + 0x9e3779b97f4a7c15ULL * (index + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  return __dmul_rn((double)(z >> 11), 1.1102230246251565404236316680908203125e-16);  // 2^-53
+}
+__device__ unsigned short ktune_f2h(float f) {
+  const unsigned int x = __float_as_uint(f);
+  const unsigned int sign = (x >> 16) & 0x8000u, abs = x & 0x7fffffffu;
+  if (abs >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+  if (abs >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+  if (abs < 0x38800000u) {
+    if (abs < 0x33000000u) return (unsigned short)sign;
+    const unsigned int shift = 126 - (abs >> 23);
+    const unsigned int mant = (abs & 0x7fffffu) | 0x800000u;
+    unsigned int h = mant >> shift;
+    const unsigned int rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1u))) ++h;
+    return (unsigned short)(sign | h);
+  }
+  unsigned int h = (abs - 0x38000000u) >> 13;
+  const unsigned int rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return (unsigned short)(sign | h);
+}
+__device__ unsigned short ktune_f2b(float f) {
+  const unsigned int x = __float_as_uint(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+// Elements [first, first + n) of a buffer of ElementType `type`: mode 0
+// a + b * uniform(seed, i), mode 1 the constant a, mode 2 a + b * i.
+extern "C" __global__ void ktune_fill(void* out, unsigned long long n, unsigned long long first,
+                                      int type, int mode, double a, double b,
+                                      unsigned long long seed) {
+  for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
+       k += (unsigned long long)gridDim.x * blockDim.x) {
+    const unsigned long long i = first + k;
+    const double v = mode == 1 ? a
+                   : mode == 0 ? __dadd_rn(a, __dmul_rn(b, ktune_uniform(seed, i)))
+                               : __dadd_rn(a, __dmul_rn(b, (double)i));
+    switch (type) {
+      case 1: ((unsigned short*)out)[k] = ktune_f2h((float)v); break;
+      case 2: ((unsigned short*)out)[k] = ktune_f2b((float)v); break;
+      case 3: ((float*)out)[k] = (float)v; break;
+      case 4: ((double*)out)[k] = v; break;
+      case 5: ((signed char*)out)[k] = (signed char)floor(v); break;
+      case 6: ((short*)out)[k] = (short)floor(v); break;
+      case 7: ((int*)out)[k] = (int)floor(v); break;
+      case 8: ((long long*)out)[k] = (long long)floor(v); break;
+      case 9: ((unsigned char*)out)[k] = (unsigned char)floor(v); break;
+      case 10: ((unsigned short*)out)[k] = (unsigned short)floor(v); break;
+      case 11: ((unsigned int*)out)[k] = (unsigned int)floor(v); break;
+      case 12: ((unsigned long long*)out)[k] = (unsigned long long)floor(v); break;
+    }
+  }
+}
+
 #define KTUNE_COMPARE(NAME, T, CONV)                                              \
   extern "C" __global__ void NAME(const T* out, const T* ref,                    \
                                   unsigned long long n, double atol, double rtol, \
@@ -378,6 +441,9 @@ class Worker {
   absl::Status Check(CUresult rc, const char* call) { return cuda::Check(api_, rc, call); }
   absl::Status CompileHelpers(const std::string& arch);
   absl::Status Upload(Buffer& b);
+  // Fills `b` on the GPU on stream `s` (seeded uniform, constant, iota,
+  // zeros): the values FillRange would make.
+  absl::Status FillOnDevice(const Buffer& b, CUstream s);
   // Copies `bytes` produced chunk by chunk by `fill(offset, len, host)` to
   // `dst`, through the pinned staging buffers on the copy stream.
   absl::Status Stage(CUdeviceptr dst, std::size_t bytes,
@@ -421,6 +487,7 @@ class Worker {
   cuda::Module helpers_;
   CUfunction spin_ = nullptr;
   CUfunction canary_ = nullptr;
+  CUfunction fill_ = nullptr;
   LoadKernels load_kernels_;
   std::vector<CUfunction> compare_;  // by ElementType
   CUcontext cu_context_ = nullptr;
@@ -476,7 +543,7 @@ absl::Status Worker::CompileHelpers(const std::string& arch) {
   }
   for (auto [fn, name] :
        {std::pair{&canary_, "ktune_canary"}, std::pair{&load_kernels_.copy, "ktune_load_copy"},
-        std::pair{&load_kernels_.fma, "ktune_load_fma"}}) {
+        std::pair{&load_kernels_.fma, "ktune_load_fma"}, std::pair{&fill_, "ktune_fill"}}) {
     if (auto s = Check(api_.cuModuleGetFunction(fn, helpers_.get(), name), "cuModuleGetFunction");
         !s.ok()) {
       return s;
@@ -524,15 +591,59 @@ absl::Status Worker::Stage(
   return Check(api_.cuStreamSynchronize(cs), "cuStreamSynchronize");
 }
 
+absl::Status Worker::FillOnDevice(const Buffer& b, CUstream s) {
+  const v1::WorkerBuffer& spec = b.spec;
+  if (spec.init_case() == v1::WorkerBuffer::kZeros ||
+      spec.init_case() == v1::WorkerBuffer::INIT_NOT_SET) {
+    return Check(api_.cuMemsetD8Async(b.data, 0, b.bytes, s), "cuMemsetD8Async");
+  }
+  int mode = 0;
+  double a = 0, span = 0;
+  unsigned long long seed = 0;
+  switch (spec.init_case()) {
+    case v1::WorkerBuffer::kUniform:
+      a = spec.uniform().low();
+      span = spec.uniform().high() - a;
+      seed = spec.uniform().seed();
+      break;
+    case v1::WorkerBuffer::kConstant:
+      mode = 1;
+      a = spec.constant();
+      break;
+    default:  // kIota
+      mode = 2;
+      a = spec.iota().start();
+      span = spec.iota().step();
+      break;
+  }
+  CUdeviceptr out = b.data;
+  unsigned long long n = static_cast<unsigned long long>(spec.elements()), first = 0;
+  int type = spec.type();
+  void* args[] = {&out, &n, &first, &type, &mode, &a, &span, &seed};
+  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
+      (n + 255) / 256, static_cast<unsigned long long>(multiprocessors_) * 32));
+  return Check(
+      api_.cuLaunchKernel(fill_, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args, nullptr),
+      "cuLaunchKernel(fill)");
+}
+
 absl::Status Worker::Upload(Buffer& b) {
   if (b.bytes == 0) return absl::OkStatus();
   const std::size_t eb = ElementBytes(b.spec.type());
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  absl::Status s = Stage(b.data, b.bytes, [&](std::size_t offset, std::size_t len, void* out) {
-    return FillRange(b.spec, static_cast<std::int64_t>(offset / eb),
-                     static_cast<std::int64_t>(len / eb), out, threads);
-  });
+  // Seeded noise, constants and sequences are made on the GPU (the values
+  // FillRange makes, without host work or copies); normal noise and files
+  // go through the staging buffers.
+  const bool on_device = b.spec.init_case() != v1::WorkerBuffer::kNormal &&
+                         b.spec.init_case() != v1::WorkerBuffer::kData;
+  absl::Status s =
+      on_device ? FillOnDevice(b, copy_stream_.get())
+                : Stage(b.data, b.bytes, [&](std::size_t offset, std::size_t len, void* out) {
+                    return FillRange(b.spec, static_cast<std::int64_t>(offset / eb),
+                                     static_cast<std::int64_t>(len / eb), out, threads);
+                  });
   if (!s.ok()) return s;
+
   if (b.pristine.get() != 0) {
     if (auto st =
             Check(api_.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, copy_stream_.get()),
