@@ -1,12 +1,13 @@
 // Tuning throughput and measurement fidelity on a real GPU.
 //
-//   tune_bench [--kernels DIR] [--ktune PATH] [--compile-workers N]
+//   tune_bench [--kernels DIR] [--ktune PATH] [--compile-workers N] [--compile-nice N]
 //
 // For the saxpy and SGEMM spaces of kernels/ (brute force, cold compile
 // cache) it prints configurations per second next to Kernel Tuner 1.4's on
 // the same H200, the GPU busy fraction (timed GPU work over wall time), the
 // share of wall time the GPU side waited for the compiler, samples per
-// configuration and the best configuration. Then a fidelity check: for a
+// configuration and the best configuration (NVRTC's use of the driver's
+// compute cache is turned off, so cold is cold). Then a fidelity check: for a
 // few configurations, ktune's median against an independent plain loop of
 // the same CUBIN (events around 100 launches after a warm-up), as a ratio;
 // and saxpy tuned a second time, to compare the two best times.
@@ -44,6 +45,7 @@ struct Flags {
   std::string kernels = std::string(KTUNE_SOURCE_DIR) + "/kernels";
   std::string ktune = KTUNE_CLI_PATH;
   int compile_workers = 0;
+  int compile_nice = 10;  // CudaDeviceOptions' default
 };
 
 struct TuneOutcome {
@@ -84,6 +86,7 @@ TuneOutcome TuneOnce(const Flags& f, const v1::WorkerDeviceInfo& gpu, const std:
   CudaDeviceOptions o;
   o.program = WorkerProgram{f.ktune};
   o.compile_workers = f.compile_workers;
+  o.compile_nice = f.compile_nice;
   // Cold unless a run with the same cache tag came before.
   o.cache_dir = tmp.File("cubin-" + cache_tag);
   absl::StatusOr<std::unique_ptr<CudaDevice>> device = CudaDevice::Open(gpu, o);
@@ -314,7 +317,11 @@ int main(int argc, char** argv) {
     if (a == "--kernels") f.kernels = argv[i + 1];
     if (a == "--ktune") f.ktune = argv[i + 1];
     if (a == "--compile-workers") f.compile_workers = std::atoi(argv[i + 1]);
+    if (a == "--compile-nice") f.compile_nice = std::atoi(argv[i + 1]);
   }
+  // Cold means cold: NVRTC would otherwise answer repeats from the driver's
+  // compute cache (~/.nv/ComputeCache), filled by any earlier run.
+  setenv("CUDA_CACHE_DISABLE", "1", 1);
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(WorkerProgram{f.ktune});
   if (!gpus.ok() || gpus->empty()) {
     std::fprintf(stderr, "no GPU: %s\n", std::string(gpus.status().message()).c_str());

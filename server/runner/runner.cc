@@ -108,6 +108,7 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
   po.cache_dir = CompileCache::DefaultDir();
   po.nvrtc_version = (*nvrtc)->version_text();
   po.start_warm = true;  // NVRTC loads while the GPU opens
+  po.nice = 10;          // the measurement side's host work comes first
   absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(po);
   if (!pool.ok()) return pool.status();
   return std::shared_ptr<CompilePool>(*std::move(pool));

@@ -155,6 +155,10 @@ void CompilePool::WorkerLoop(int index) {
     argv.push_back("--memory-limit");
     argv.push_back(std::to_string(options_.memory_limit_bytes));
     if (options_.start_warm) argv.push_back("--warm");
+    if (options_.nice > 0) {
+      argv.push_back("--nice");
+      argv.push_back(std::to_string(std::min(options_.nice, 19)));
+    }
     absl::StatusOr<Subprocess> started = Subprocess::Start(argv);
     if (!started.ok()) return started.status();
     worker.emplace(*std::move(started));
@@ -215,6 +219,10 @@ int RunCompileWorker(const std::vector<std::string>& args) {
   DieWithParent();
   const bool warm = std::find(args.begin(), args.end(), "--warm") != args.end();
   for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--nice") {
+      const int n = std::atoi(args[i + 1].c_str());
+      if (n > 0 && n <= 19) (void)setpriority(PRIO_PROCESS, 0, n);
+    }
     if (args[i] == "--memory-limit") {
       const rlim_t limit = std::strtoull(args[i + 1].c_str(), nullptr, 10);
       if (limit > 0) {

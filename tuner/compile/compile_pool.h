@@ -66,6 +66,10 @@ struct CompilePoolOptions {
   // Start the worker processes now and have each compile a tiny kernel, so
   // the first job finds NVRTC loaded and warm (otherwise on first use).
   bool start_warm = false;
+  // Scheduling niceness of the worker processes (0 to 19): above 0 the
+  // compilers yield the CPU to the measurement side, whose host work the
+  // GPU waits for.
+  int nice = 0;
 };
 
 // Thread-safe. The destructor stops the workers (pending futures get an
@@ -112,8 +116,8 @@ class CompilePool {
 };
 
 // The compile worker's main loop: reads CompileRequests from the parent,
-// answers CompileResults. Flags: --memory-limit BYTES, --warm (compile a
-// tiny kernel before the first request). Returns the exit code.
+// answers CompileResults. Flags: --memory-limit BYTES, --nice N, --warm
+// (compile a tiny kernel before the first request). Returns the exit code.
 int RunCompileWorker(const std::vector<std::string>& args);
 
 }  // namespace ktune

@@ -238,6 +238,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   po.cache_dir = options.cache_dir;
   po.nvrtc_version = d->nvrtc_version_;
   po.start_warm = true;  // NVRTC loads while the GPU opens
+  po.nice = options.compile_nice;
   if (options.shared_pool != nullptr) {
     d->pool_ = options.shared_pool;
   } else {

@@ -52,6 +52,7 @@ v1::CompileRequest BuildCompileRequest(const v1::JobSpec& spec, const std::strin
 struct CudaDeviceOptions {
   WorkerProgram program;
   int compile_workers = 0;  // 0: one per host core
+  int compile_nice = 10;    // see CompilePoolOptions::nice
   std::chrono::milliseconds compile_timeout{120'000};
   std::string cache_dir;  // CUBIN cache; empty: memory only
   // A pool shared with other devices (a daemon's jobs share one); null: the
