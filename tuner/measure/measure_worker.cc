@@ -14,6 +14,7 @@
 
 #include "ktune/v1/job.pb.h"
 #include "ktune/v1/worker.pb.h"
+#include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
@@ -452,9 +453,15 @@ class Worker {
   absl::Status RestoreInputs(CUstream s);
   absl::Status PoisonOutputs(CUstream s);
   absl::Status WarmUp();
-  // Compares buffer `b` with its reference; "" when equal.
-  absl::StatusOr<std::string> Compare(const Buffer& b);
-  absl::StatusOr<std::string> CheckGuards();
+  // Verification, one synchronisation for all of it: EnqueueChecks queues
+  // the copies of every buffer's guard zones (and, with `compare`, the
+  // comparison of each verified output with its reference) on `s`; after
+  // `s` is synchronised, GuardMessage and CompareMessage say what is wrong
+  // ("" when nothing is).
+  absl::Status EnqueueChecks(CUstream s, bool compare);
+  bool IsVerified(int index) const;
+  std::string GuardMessage() const;
+  absl::StatusOr<std::string> CompareMessage(CUstream s);
   // The canary's median time (ms) on the launch stream, as things stand.
   absl::StatusOr<double> Canary();
   // Side streams for concurrent instances and pipelines, at least n.
@@ -480,7 +487,8 @@ class Worker {
   v1::WorkerSetup setup_;
   std::vector<Buffer> buffers_;
   cuda::DeviceMemory flush_;
-  cuda::DeviceMemory scratch_;  // compare results
+  cuda::DeviceMemory compare_results_;  // 16 bytes per buffer
+  cuda::PinnedMemory checks_host_;      // see EnqueueChecks
   cuda::PinnedMemory host_small_;
   cuda::PinnedMemory staging_[2];
   cuda::Event staged_[2];
@@ -727,9 +735,6 @@ absl::Status Worker::Init(int ordinal, std::string* device_name) {
     if (!ev.ok()) return ev.status();
     canary_events_.push_back(*std::move(ev));
   }
-  absl::StatusOr<cuda::DeviceMemory> scratch = cuda::DeviceMemory::Allocate(api_, 64);
-  if (!scratch.ok()) return scratch.status();
-  scratch_ = *std::move(scratch);
   absl::StatusOr<cuda::PinnedMemory> small = cuda::PinnedMemory::Allocate(api_, 2 * kGuardBytes);
   if (!small.ok()) return small.status();
   host_small_ = *std::move(small);
@@ -779,6 +784,16 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
       b.reference = *std::move(r);
     }
     buffers_.push_back(std::move(b));
+  }
+  {
+    const std::size_t n = std::max<std::size_t>(1, buffers_.size());
+    absl::StatusOr<cuda::DeviceMemory> results = cuda::DeviceMemory::Allocate(api_, 16 * n);
+    if (!results.ok()) return results.status();
+    compare_results_ = *std::move(results);
+    absl::StatusOr<cuda::PinnedMemory> host =
+        cuda::PinnedMemory::Allocate(api_, (2 * kGuardBytes + 16) * n);
+    if (!host.ok()) return host.status();
+    checks_host_ = *std::move(host);
   }
   for (Buffer& b : buffers_) {
     if (auto s = Upload(b); !s.ok()) return s;
@@ -881,77 +896,88 @@ absl::Status Worker::WarmUp() {
   return Check(api_.cuStreamSynchronize(stream_.get()), "cuStreamSynchronize");
 }
 
-absl::StatusOr<std::string> Worker::Compare(const Buffer& b) {
-  CUstream s = stream_.get();
-  if (auto st = Check(api_.cuMemsetD8Async(scratch_.get(), 0, 8, s), "cuMemsetD8Async"); !st.ok()) {
-    return st;
+absl::Status Worker::EnqueueChecks(CUstream s, bool compare) {
+  // Host layout: each buffer's two guard zones, then one 16-byte result
+  // (differing count, first index) per buffer.
+  auto* h = static_cast<unsigned char*>(checks_host_.get());
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const Buffer& b = buffers_[i];
+    unsigned char* at = h + 2 * kGuardBytes * i;
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuMemcpyDtoHAsync(at, b.memory.get(), kGuardBytes, s), "cuMemcpyDtoHAsync"));
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuMemcpyDtoHAsync(at + kGuardBytes, b.data + b.bytes, kGuardBytes, s),
+              "cuMemcpyDtoHAsync"));
   }
-  if (auto st = Check(api_.cuMemsetD8Async(scratch_.get() + 8, 0xff, 8, s), "cuMemsetD8Async");
-      !st.ok()) {
-    return st;
+  if (!compare) return absl::OkStatus();
+  bool any = false;
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    const Buffer& b = buffers_[i];
+    if (!b.has_reference || !IsVerified(static_cast<int>(i))) continue;
+    any = true;
+    const CUdeviceptr slot = compare_results_.get() + 16 * i;
+    KTUNE_RETURN_IF_ERROR(Check(api_.cuMemsetD8Async(slot, 0, 8, s), "cuMemsetD8Async"));
+    KTUNE_RETURN_IF_ERROR(Check(api_.cuMemsetD8Async(slot + 8, 0xff, 8, s), "cuMemsetD8Async"));
+    CUdeviceptr out = b.data, ref = b.reference.get(), result = slot;
+    unsigned long long n = static_cast<unsigned long long>(b.spec.elements());
+    double atol = setup_.settings().atol(), rtol = setup_.settings().rtol();
+    void* args[] = {&out, &ref, &n, &atol, &rtol, &result};
+    const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
+        (n + 255) / 256, static_cast<unsigned long long>(multiprocessors_) * 16));
+    CUfunction f = compare_[static_cast<std::size_t>(b.spec.type())];
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuLaunchKernel(f, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args, nullptr),
+              "cuLaunchKernel(compare)"));
   }
-  CUdeviceptr out = b.data, ref = b.reference.get(), result = scratch_.get();
-  unsigned long long n = static_cast<unsigned long long>(b.spec.elements());
-  double atol = setup_.settings().atol(), rtol = setup_.settings().rtol();
-  void* args[] = {&out, &ref, &n, &atol, &rtol, &result};
-  const unsigned blocks = static_cast<unsigned>(std::min<unsigned long long>(
-      (n + 255) / 256, static_cast<unsigned long long>(multiprocessors_) * 16));
-  CUfunction f = compare_[static_cast<std::size_t>(b.spec.type())];
-  if (auto st =
-          Check(api_.cuLaunchKernel(f, std::max(1u, blocks), 1, 1, 256, 1, 1, 0, s, args, nullptr),
-                "cuLaunchKernel(compare)");
-      !st.ok()) {
-    return st;
-  }
-  auto* host = static_cast<unsigned long long*>(host_small_.get());
-  if (auto st = Check(api_.cuMemcpyDtoHAsync(host, scratch_.get(), 16, s), "cuMemcpyDtoHAsync");
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
-  const unsigned long long bad = host[0], first = host[1];
-  if (bad == 0) return std::string();
-  // The first differing element, for the message.
-  const std::size_t eb = ElementBytes(b.spec.type());
-  char* h = static_cast<char*>(host_small_.get());
-  if (auto st = Check(api_.cuMemcpyDtoHAsync(h, b.data + first * eb, eb, s), "cuMemcpyDtoHAsync");
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = Check(api_.cuMemcpyDtoHAsync(h + 16, ref + first * eb, eb, s), "cuMemcpyDtoHAsync");
-      !st.ok()) {
-    return st;
-  }
-  if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
-  return StrCat(bad, " of ", n, " elements of ", b.spec.name(), " differ from the reference",
-                " (atol ", atol, ", rtol ", rtol, "); the first at index ", first, ": ",
-                ElementAsDouble(b.spec.type(), h, 0), " instead of ",
-                ElementAsDouble(b.spec.type(), h + 16, 0));
+  if (!any) return absl::OkStatus();
+  return Check(api_.cuMemcpyDtoHAsync(h + 2 * kGuardBytes * buffers_.size(), compare_results_.get(),
+                                      16 * buffers_.size(), s),
+               "cuMemcpyDtoHAsync");
 }
 
-absl::StatusOr<std::string> Worker::CheckGuards() {
-  CUstream s = stream_.get();
-  auto* h = static_cast<unsigned char*>(host_small_.get());
-  for (const Buffer& b : buffers_) {
-    if (auto st =
-            Check(api_.cuMemcpyDtoHAsync(h, b.memory.get(), kGuardBytes, s), "cuMemcpyDtoHAsync");
-        !st.ok()) {
-      return st;
-    }
-    if (auto st = Check(api_.cuMemcpyDtoHAsync(h + kGuardBytes, b.data + b.bytes, kGuardBytes, s),
-                        "cuMemcpyDtoHAsync");
-        !st.ok()) {
-      return st;
-    }
-    if (auto st = Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"); !st.ok()) return st;
+bool Worker::IsVerified(int index) const {
+  return std::find(setup_.verified().begin(), setup_.verified().end(), index) !=
+         setup_.verified().end();
+}
+
+std::string Worker::GuardMessage() const {
+  const auto* h = static_cast<const unsigned char*>(checks_host_.get());
+  for (std::size_t k = 0; k < buffers_.size(); ++k) {
+    const unsigned char* at = h + 2 * kGuardBytes * k;
     for (std::size_t i = 0; i < 2 * kGuardBytes; ++i) {
-      if (h[i] != kGuardByte) {
-        return StrCat("the kernel wrote outside argument ", b.spec.name(), " (",
+      if (at[i] != kGuardByte) {
+        return StrCat("the kernel wrote outside argument ", buffers_[k].spec.name(), " (",
                       i < kGuardBytes ? StrCat(kGuardBytes - i, " bytes before its start")
                                       : StrCat(i - kGuardBytes, " bytes past its end"),
                       ")");
       }
     }
+  }
+  return std::string();
+}
+
+absl::StatusOr<std::string> Worker::CompareMessage(CUstream s) {
+  const auto* results = reinterpret_cast<const unsigned long long*>(
+      static_cast<const unsigned char*>(checks_host_.get()) + 2 * kGuardBytes * buffers_.size());
+  for (int index : setup_.verified()) {
+    const Buffer& b = buffers_[static_cast<std::size_t>(index)];
+    if (!b.has_reference) continue;
+    const unsigned long long bad = results[2 * index], first = results[2 * index + 1];
+    if (bad == 0) continue;
+    // The first differing element, for the message.
+    const std::size_t eb = ElementBytes(b.spec.type());
+    char* h = static_cast<char*>(host_small_.get());
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuMemcpyDtoHAsync(h, b.data + first * eb, eb, s), "cuMemcpyDtoHAsync"));
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuMemcpyDtoHAsync(h + 16, b.reference.get() + first * eb, eb, s),
+              "cuMemcpyDtoHAsync"));
+    KTUNE_RETURN_IF_ERROR(Check(api_.cuStreamSynchronize(s), "cuStreamSynchronize"));
+    return StrCat(bad, " of ", b.spec.elements(), " elements of ", b.spec.name(),
+                  " differ from the reference (atol ", setup_.settings().atol(), ", rtol ",
+                  setup_.settings().rtol(), "); the first at index ", first, ": ",
+                  ElementAsDouble(b.spec.type(), h, 0), " instead of ",
+                  ElementAsDouble(b.spec.type(), h + 16, 0));
   }
   return std::string();
 }
@@ -1341,6 +1367,10 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   if (CUresult rc = api_.cuEventRecord(first_end_.get(), s); rc != CUDA_SUCCESS) {
     return cuda_failure(rc, "cuEventRecord", false);
   }
+  // The checks follow the launch on the stream: one synchronisation, which
+  // also reports a fault of the kernel.
+  const bool compare = c.verify() && !c.make_reference();
+  if (auto st = EnqueueChecks(s, compare); !st.ok()) return infra(st);
   if (CUresult rc = api_.cuStreamSynchronize(s); rc != CUDA_SUCCESS) {
     return cuda_failure(rc, "running the kernel", false);
   }
@@ -1349,11 +1379,9 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
       rc != CUDA_SUCCESS) {
     return cuda_failure(rc, "cuEventElapsedTime", false);
   }
-  if (absl::StatusOr<std::string> guard = CheckGuards(); !guard.ok()) {
-    return infra(guard.status());
-  } else if (!guard->empty()) {
+  if (const std::string guard = GuardMessage(); !guard.empty()) {
     out.set_status("wrong_result");
-    out.set_message(*guard);
+    out.set_message(guard);
     return finish();
   }
   if (c.make_reference()) {
@@ -1373,17 +1401,13 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     out.set_launches_per_sample(1);
     return finish();
   }
-  if (c.verify()) {
-    for (int index : setup_.verified()) {
-      const Buffer& b = buffers_[static_cast<std::size_t>(index)];
-      if (!b.has_reference) continue;
-      absl::StatusOr<std::string> diff = Compare(b);
-      if (!diff.ok()) return infra(diff.status());
-      if (!diff->empty()) {
-        out.set_status("wrong_result");
-        out.set_message(*diff);
-        return finish();
-      }
+  if (compare) {
+    absl::StatusOr<std::string> diff = CompareMessage(s);
+    if (!diff.ok()) return infra(diff.status());
+    if (!diff->empty()) {
+      out.set_status("wrong_result");
+      out.set_message(*diff);
+      return finish();
     }
   }
 
