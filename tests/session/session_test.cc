@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -76,11 +77,14 @@ class FakeDevice final : public Device {
   // Configurations asked ahead, and whether each measurement counts as
   // done ahead (as on a job spread over several GPUs).
   int pipeline_depth() const override { return depth; }
-  bool Ready(const Config&) override { return ready; }
+  bool Ready(const Config& config) override {
+    return ready || ready_keys.count(space_->Key(config)) != 0;
+  }
 
   std::map<std::string, int> calls;
   int depth = 1;
   bool ready = false;
+  std::set<std::string> ready_keys;  // done ahead, one by one
   int fail_device_after = -1;
   bool remeasure = false;
   std::vector<std::string> remeasured;
@@ -230,6 +234,42 @@ TEST_F(SessionTest, AStopStillRecordsMeasurementsAlreadyDone) {
   absl::StatusOr<SessionResult> second = RunJob(job, device);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(second->progress.replayed, 12);
+  for (const auto& [key, n] : device.calls) EXPECT_EQ(n, 1) << key;
+}
+
+TEST_F(SessionTest, AStopRecordsMeasurementsDoneOutOfOrder) {
+  // On a job spread over GPUs a later candidate can finish before an
+  // earlier one: on a stop every finished one is kept, none measured twice.
+  const Job job = MakeJob("random", 7, 40);
+  // The order the strategy asks in, from an uninterrupted run elsewhere.
+  std::vector<std::string> order;
+  {
+    std::unique_ptr<Store> main = std::move(store_);
+    store_ = std::make_unique<Store>(*Store::Open(tmp_.File("probe.db"), true));
+    FakeDevice probe;
+    absl::StatusOr<SessionResult> all = RunJob(job, probe);
+    ASSERT_TRUE(all.ok());
+    order = StoredKeys(all->job.id);
+    store_ = std::move(main);
+  }
+  ASSERT_GE(order.size(), 13u);
+  FakeDevice device;
+  device.depth = 8;
+  // After the fifth, the queue holds the 6th to 13th: the 7th, 9th and 11th
+  // are done, the others not.
+  device.ready_keys = {order[6], order[8], order[10]};
+  absl::StatusOr<SessionResult> first = RunJob(job, device, 5);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->job.state, JobState::kInterrupted);
+  const std::vector<std::string> stored = StoredKeys(first->job.id);
+  const std::set<std::string> kept(stored.begin(), stored.end());
+  EXPECT_EQ(kept.size(), 8u);
+  for (int i : {6, 8, 10}) EXPECT_EQ(kept.count(order[static_cast<std::size_t>(i)]), 1u) << i;
+  EXPECT_EQ(kept.count(order[5]), 0u);
+  device.ready_keys.clear();
+  absl::StatusOr<SessionResult> second = RunJob(job, device);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->progress.replayed, 8);
   for (const auto& [key, n] : device.calls) EXPECT_EQ(n, 1) << key;
 }
 

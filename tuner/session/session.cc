@@ -113,12 +113,22 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
 
   while (true) {
     // Stopping: measurements that finished meanwhile (on another GPU of a
-    // job spread over several) are still recorded, in order.
+    // job spread over several) are still recorded, in the order they were
+    // asked, whichever finished first; the rest are left for a resume.
     const bool stopping = stop_requested();
-    if (stopping && (queue.empty() || !device_.Ready(queue.front()))) {
-      interrupted = true;
-      result.end_reason = "interrupted";
-      break;
+    if (stopping) {
+      auto done = std::find_if(queue.begin(), queue.end(),
+                               [&](const Config& c) { return device_.Ready(c); });
+      if (done == queue.end()) {
+        interrupted = true;
+        result.end_reason = "interrupted";
+        break;
+      }
+      if (done != queue.begin()) {
+        Config c = std::move(*done);
+        queue.erase(done);
+        queue.push_front(std::move(c));
+      }
     }
     if (const char* why = out_of_budget()) {
       result.end_reason = why;
