@@ -81,6 +81,7 @@ Json ConditionsJson(const Conditions& c) {
     j.Set("ideal_ms", std::max(c.h2d_ms + c.d2h_ms, c.kernel_ms));
     j.Set("overlap", c.overlap);
   }
+  if (c.input_copies > 1) j.Set("input_copies", c.input_copies);
   if (!c.device.empty()) j.Set("device", c.device);
   return j;
 }
@@ -102,6 +103,11 @@ std::string ConditionsText(const Conditions& c) {
   if (c.overlap > 0) {
     std::snprintf(buf, sizeof buf, "%.4g GB/s, overlap %.2fx (stages %.3g + %.3g + %.3g ms)",
                   c.throughput / 1e9, c.overlap, c.h2d_ms, c.kernel_ms, c.d2h_ms);
+    out += buf;
+  }
+  if (c.input_copies > 1) {
+    std::snprintf(buf, sizeof buf, "%sinputs rotated over %d copies", out.empty() ? "" : ", ",
+                  c.input_copies);
     out += buf;
   }
   if (!c.device.empty()) out += (out.empty() ? "on " : ", on ") + c.device;

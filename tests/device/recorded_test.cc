@@ -197,6 +197,20 @@ TEST(SimulatedDeviceTest, ReplaysAndRefusesForeignSpaces) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(std::string(s.message()), HasSubstr("recorded but not in the job: t"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("in the job but not recorded: u"));
+
+  // Recorded times were taken in isolation, without rotated inputs.
+  v1::JobSpec spec;
+  spec.mutable_measurement()->set_rotate_inputs(true);
+  binding.space = &*space;
+  binding.spec = &spec;
+  s = device.Bind(binding);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("measurement.rotate_inputs"));
+  spec.mutable_measurement()->mutable_load()->set_kind(v1::LoadProfile::UNDER_LOAD);
+  spec.mutable_measurement()->set_rotate_inputs(false);
+  s = device.Bind(binding);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("measuring under load needs a GPU"));
 }
 
 TEST(ComputeStatsTest, QuartilesMedianAndDeviation) {

@@ -348,6 +348,47 @@ TEST_F(GpuTest, ArgumentsFilledOnTheGpuHoldTheHostsValues) {
   EXPECT_EQ(checked, 12 * 3 * 2);
 }
 
+// rotateInputs: a read-only input smaller than the L2 gets copies taken in
+// turn, so no launch reads it warm from the launch before; results still
+// verify, and the measurement says how many copies there were.
+TEST_F(GpuTest, RotatedInputsVerifyAndSayHowManyCopies) {
+  const std::string json = R"j({
+    "kernel": {"name": "scale", "code": "extern \"C\" __global__ void scale(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.0f * x[i]; }"},
+    "parameters": [{"name": "block_size_x", "ints": [128, 256, 512]}],
+    "problem": {"N": 2097152},
+    "launch": {"grid": ["ceil_div(N, block_size_x)"]},
+    "arguments": [
+      {"name": "x", "type": "F32", "buffer": {"size": "N"}},
+      {"name": "y", "type": "F32", "buffer": {"size": "N", "direction": "OUTPUT"}},
+      {"name": "n", "type": "I32", "scalar": "N"}
+    ],
+    "verification": {"referenceConfig": "128"}
+  })j";
+  double median[2] = {0, 0};
+  for (int rotate = 0; rotate < 2; ++rotate) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(json, "scale.json");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec->mutable_measurement()->set_rotate_inputs(rotate == 1);
+    absl::StatusOr<Job> job = ResolveJob(*spec, tmp_.path());
+    ASSERT_TRUE(job.ok()) << job.status();
+    const SessionResult r = Tune(*job, "brute_force");
+    ASSERT_TRUE(r.best.has_value());
+    for (const auto& [key, m] : Measurements(r.job.id)) {
+      EXPECT_EQ(m.measurement.status, CandidateStatus::kOk) << key << ": " << m.measurement.message;
+      // 8 MiB of input: copies until the others span twice the L2.
+      if (rotate == 1) {
+        EXPECT_GT(m.measurement.conditions.input_copies, 1) << key;
+      } else {
+        EXPECT_LE(m.measurement.conditions.input_copies, 1) << key;
+      }
+    }
+    median[rotate] = r.best->measurement.time.count();
+  }
+  std::printf(
+      "scale, 8 MiB in and out: best %.4f ms reading warm inputs, %.4f ms rotated (%.2fx)\n",
+      median[0], median[1], median[1] / median[0]);
+}
+
 TEST_F(GpuTest, AJobSpreadsOverTwoGpus) {
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(Program());
   ASSERT_TRUE(gpus.ok());

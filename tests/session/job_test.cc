@@ -136,6 +136,13 @@ TEST(JobSpecTest, MalformedJobFilesNameTheProblem) {
                   R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
                   R"( "measurement": {"load": {"kind": "CONCURRENT"}})"),
        "a pipeline job is measured end to end, ISOLATED"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
+                  R"( "measurement": {"rotateInputs": true})"),
+       "measurement.rotate_inputs: a pipeline job's input comes from the host"},
+      {WithParams(R"([{"name": "a", "ints": [1]}])",
+                  R"(, "measurement": {"rotateInputs": true, "load": {"kind": "CONCURRENT"}})"),
+       "measurement.rotate_inputs: not with CONCURRENT instances"},
   };
   for (const BadSpec& c : resolve_errors) {
     absl::StatusOr<Job> job = ResolveJob(Parse(c.text), ".");
@@ -158,6 +165,26 @@ TEST(JobSpecTest, ShippedKernelSpecsResolve) {
       // No arguments, but chunk buffers: bounded by four times the array.
       EXPECT_EQ(*ArgumentBytes(*job), 4 * 4 * job->problem.at("N"));
     }
+  }
+}
+
+TEST(JobSpecTest, RotatedInputsCountTheirCopies) {
+  // One read-only input of N floats: its copies take at most 63 more, and
+  // never more than kMaxRotationBytes beyond one more.
+  for (const std::int64_t n :
+       {std::int64_t{1} << 16, std::int64_t{1} << 24, std::int64_t{1} << 27}) {
+    v1::JobSpec spec = Parse(kSpec);
+    (*spec.mutable_problem())["N"] = n;
+    absl::StatusOr<Job> plain = ResolveJob(spec, ".");
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    spec.mutable_measurement()->set_rotate_inputs(true);
+    absl::StatusOr<Job> rotated = ResolveJob(spec, ".");
+    ASSERT_TRUE(rotated.ok()) << rotated.status();
+    const std::int64_t bytes = 4 * n;
+    EXPECT_EQ(*ArgumentBytes(*plain), bytes);
+    const std::int64_t extra =
+        bytes >= kMaxRotationBytes ? 0 : std::min(63 * bytes, kMaxRotationBytes + bytes);
+    EXPECT_EQ(*ArgumentBytes(*rotated), bytes + extra) << n;
   }
 }
 

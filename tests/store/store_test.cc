@@ -365,6 +365,7 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
   m.measurement.conditions.sm_clock_mhz_before = 1980;
   m.measurement.conditions.raced = true;
   m.measurement.conditions.launches_per_sample = 8;
+  m.measurement.conditions.input_copies = 5;
   m.measurement.conditions.gpu_busy = Millis(12.5);
   ASSERT_TRUE(s->AddMeasurement("job1", m).ok());
   const StoredMeasurement back = (*s->LoadMeasurements("job1"))[0];
@@ -372,6 +373,7 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
   EXPECT_EQ(back.measurement.conditions.sm_clock_mhz_before, 1980);
   EXPECT_TRUE(back.measurement.conditions.raced);
   EXPECT_EQ(back.measurement.conditions.launches_per_sample, 8);
+  EXPECT_EQ(back.measurement.conditions.input_copies, 5);
   EXPECT_DOUBLE_EQ(back.measurement.conditions.gpu_busy.count(), 12.5);
   // Updating keeps the sequence and replaces the values.
   m.measurement.time = Millis(9.0);

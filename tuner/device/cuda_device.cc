@@ -394,6 +394,7 @@ absl::Status CudaDevice::Bind(const JobBinding& job) {
   ws->set_max_candidate_ms(max_candidate_ms_);
   ws->set_warmup_ms(ms.has_warmup() ? FromDuration(ms.warmup()).count() : 50.0);
   ws->set_flush_l2(ms.flush_l2());
+  ws->set_rotate_inputs(ms.rotate_inputs());
   ws->set_use_graphs(ms.use_graphs());
   ws->set_racing_factor(ms.racing_factor() > 0 ? ms.racing_factor() : 1.05);
   ws->set_racing_min_samples(3);
@@ -1009,6 +1010,7 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   cond.sm_clock_mhz_after = w->sm_clock_mhz_after();
   cond.throttled_samples_discarded = w->throttled_samples_discarded();
   cond.launches_per_sample = w->launches_per_sample();
+  cond.input_copies = w->input_copies();
   cond.raced = w->raced();
   cond.final_round = final_round;
   cond.registers = w->registers();

@@ -52,6 +52,7 @@ struct Conditions {
   int sm_clock_mhz_after = 0;
   int throttled_samples_discarded = 0;
   int launches_per_sample = 0;  // > 1 for short kernels
+  int input_copies = 0;         // > 1: read-only inputs rotated over copies
   bool raced = false;           // stopped early: clearly slower than the best
   bool final_round = false;     // re-measured among the final contenders
   int registers = 0;
@@ -93,6 +94,13 @@ struct Measurement {
 
 // What a device needs to know about a job. The pointers must outlive the
 // binding.
+// measurement.rotate_inputs: read-only inputs get copies until together
+// they span twice the L2 (at most 64 copies), never more than this many
+// bytes beyond one copy plus the inputs' own size; inputs of at least this
+// size are not copied (they already exceed twice any L2 up to 128 MiB).
+inline constexpr std::int64_t kMaxRotationBytes = std::int64_t{256} << 20;
+inline constexpr int kMaxRotationCopies = 64;
+
 struct JobBinding {
   const Space* space = nullptr;
   // The job file's spec; null for a job over a recorded space.

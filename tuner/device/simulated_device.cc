@@ -33,6 +33,11 @@ absl::Status SimulatedDevice::Bind(const JobBinding& job) {
           StrCat("measurement.load.kind: ", v1::LoadProfile::Kind_Name(kind), ": device ", info_.id,
                  " replays times recorded in isolation; measuring under load needs a GPU"));
     }
+    if (job.spec->measurement().rotate_inputs()) {
+      return absl::InvalidArgumentError(
+          StrCat("measurement.rotate_inputs: device ", info_.id,
+                 " replays recorded times, taken without rotated inputs; rotating needs a GPU"));
+    }
     if (job.spec->has_pipeline()) {
       return absl::InvalidArgumentError(StrCat("pipeline: device ", info_.id,
                                                " replays recorded kernel times; a pipeline job "

@@ -19,6 +19,7 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_driver.h"
+#include "tuner/device/device.h"
 #include "tuner/device/nvml.h"
 #include "tuner/ipc/subprocess.h"
 #include "tuner/measure/fill.h"
@@ -437,6 +438,8 @@ class Worker {
     cuda::DeviceMemory pristine;   // inputs the kernel also writes
     cuda::DeviceMemory reference;  // verified outputs' expected contents
     bool has_reference = false;
+    // rotate_inputs: copies 1, 2, ... of a read-only input (copy 0 is data).
+    std::vector<cuda::DeviceMemory> copies;
   };
 
   absl::Status Check(CUresult rc, const char* call) { return cuda::Check(api_, rc, call); }
@@ -519,6 +522,9 @@ class Worker {
   int max_shared_optin_ = 48 * 1024;
   Clock::time_point last_activity_{};
   std::uint32_t flush_counter_ = 0;
+  int rotations_ = 1;           // copies of the read-only inputs in turn
+  std::uint64_t rotation_ = 0;  // launches made on rotated inputs
+  absl::Status SetUpRotation();
 };
 
 absl::Status Worker::CompileHelpers(const std::string& arch) {
@@ -798,6 +804,7 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
   for (Buffer& b : buffers_) {
     if (auto s = Upload(b); !s.ok()) return s;
   }
+  if (auto s = SetUpRotation(); !s.ok()) return s;
   load_.reset();
   if (setup.load().kind() == v1::LoadProfile::UNDER_LOAD) {
     load_ = std::make_unique<LoadRunner>(api_, cu_context_, multiprocessors_, load_kernels_);
@@ -840,6 +847,39 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
     return s;
   }
   last_activity_ = Clock::time_point{};  // warm up before the first sample
+  return absl::OkStatus();
+}
+
+absl::Status Worker::SetUpRotation() {
+  rotations_ = 1;
+  if (!setup_.settings().rotate_inputs()) return absl::OkStatus();
+  std::int64_t inputs = 0;
+  for (const Buffer& b : buffers_) {
+    if (b.spec.input() && !b.spec.output()) inputs += static_cast<std::int64_t>(b.bytes);
+  }
+  const std::int64_t span = 2 * static_cast<std::int64_t>(l2_bytes_);
+  if (inputs == 0 || inputs >= span || inputs >= kMaxRotationBytes) return absl::OkStatus();
+  // Enough copies that the other copies together exceed twice the L2: a
+  // copy's lines are gone by the time it is read again.
+  int copies = static_cast<int>((span + inputs - 1) / inputs) + 1;
+  copies = std::min<int>(copies, kMaxRotationCopies);
+  copies = std::min<int>(copies, static_cast<int>(1 + (kMaxRotationBytes + inputs) / inputs));
+  for (Buffer& b : buffers_) {
+    if (!b.spec.input() || b.spec.output()) continue;
+    for (int k = 1; k < copies; ++k) {
+      absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, b.bytes);
+      if (!m.ok()) {
+        return absl::ResourceExhaustedError(StrCat("measurement.rotate_inputs: copy ", k, " of ",
+                                                   b.spec.name(), ": ", m.status().message()));
+      }
+      KTUNE_RETURN_IF_ERROR(
+          Check(api_.cuMemcpyDtoDAsync(m->get(), b.data, b.bytes, copy_stream_.get()),
+                "cuMemcpyDtoDAsync"));
+      b.copies.push_back(*std::move(m));
+    }
+  }
+  KTUNE_RETURN_IF_ERROR(Check(api_.cuStreamSynchronize(copy_stream_.get()), "cuStreamSynchronize"));
+  rotations_ = copies;
   return absl::OkStatus();
 }
 
@@ -1434,8 +1474,11 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   }
   cuda::Graph graph;
   cuda::GraphExec graph_exec;
+  // Rotated inputs change with every launch: plain launches, no graph.
+  const bool rotate = rotations_ > 1 && !concurrent;
+  out.set_input_copies(rotate ? rotations_ : 1);
   auto capture = [&] {
-    if (per_sample <= 1 || !settings.use_graphs()) return;
+    if (per_sample <= 1 || !settings.use_graphs() || rotate) return;
     if (CUresult rc = api_.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
         rc == CUDA_SUCCESS) {
       for (int k = 0; k < per_sample; ++k) launch(s);
@@ -1512,6 +1555,14 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
         }
       } else {
         for (int k = 0; k < per_sample; ++k) {
+          if (rotate) {
+            const auto copy = static_cast<std::size_t>(rotation_++ % rotations_);
+            for (std::size_t b = 0; b < buffers_.size(); ++b) {
+              if (!buffers_[b].copies.empty()) {
+                pointers[b] = copy == 0 ? buffers_[b].data : buffers_[b].copies[copy - 1].get();
+              }
+            }
+          }
           if (CUresult rc = launch(s); rc != CUDA_SUCCESS) {
             return cuda_failure(rc, "cuLaunchKernel", true);
           }

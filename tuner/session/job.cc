@@ -230,7 +230,14 @@ absl::Status ValidateSettings(const v1::JobSpec& spec) {
       return Invalid("measurement.load.kind: a pipeline job is measured end to end, ISOLATED");
     }
   }
-  if (m.rotate_inputs()) return Invalid("measurement.rotate_inputs: not supported yet");
+  if (m.rotate_inputs()) {
+    if (spec.has_pipeline()) {
+      return Invalid("measurement.rotate_inputs: a pipeline job's input comes from the host");
+    }
+    if (load.kind() == v1::LoadProfile::CONCURRENT) {
+      return Invalid("measurement.rotate_inputs: not with CONCURRENT instances");
+    }
+  }
   const v1::Verification& v = spec.verification();
   if (!(v.atol() >= 0)) return Invalid("verification.atol: must not be negative");
   if (!(v.rtol() >= 0)) return Invalid("verification.rtol: must not be negative");
@@ -506,6 +513,23 @@ absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job) {
     if (a.kind_case() != v1::Argument::kBuffer) continue;
     KTUNE_RETURN_IF_ERROR(add(StrCat("arguments[", i, "] (", a.name(), ").buffer.size"),
                               a.buffer().size(), a.type(), 1));
+  }
+  if (job.spec.measurement().rotate_inputs()) {
+    // The copies of the read-only inputs (see kMaxRotationBytes).
+    const std::int64_t before = total;
+    for (int i = 0; i < job.spec.arguments_size(); ++i) {
+      const v1::Argument& a = job.spec.arguments(i);
+      if (a.kind_case() != v1::Argument::kBuffer) continue;
+      const auto d = a.buffer().direction();
+      if (d != v1::Buffer::INPUT && d != v1::Buffer::DIRECTION_UNSPECIFIED) continue;
+      KTUNE_RETURN_IF_ERROR(add(StrCat("arguments[", i, "] (", a.name(), ").buffer.size"),
+                                a.buffer().size(), a.type(), 1));
+    }
+    const std::int64_t inputs = total - before;
+    total = before;
+    if (inputs > 0 && inputs < kMaxRotationBytes) {
+      total += std::min((kMaxRotationCopies - 1) * inputs, kMaxRotationBytes + inputs);
+    }
   }
   const v1::LoadProfile& load = job.spec.measurement().load();
   for (int c = 0; c < load.companions_size(); ++c) {

@@ -162,6 +162,7 @@ std::string ConditionsToJson(const Conditions& c) {
   j.Set("sm_clock_mhz_after", c.sm_clock_mhz_after);
   j.Set("throttled_samples_discarded", c.throttled_samples_discarded);
   j.Set("launches_per_sample", c.launches_per_sample);
+  if (c.input_copies > 1) j.Set("input_copies", c.input_copies);
   j.Set("raced", c.raced);
   j.Set("final_round", c.final_round);
   j.Set("registers", c.registers);
@@ -208,6 +209,7 @@ Conditions ConditionsFromJson(const std::string& text) {
   c.sm_clock_mhz_after = integer("sm_clock_mhz_after");
   c.throttled_samples_discarded = integer("throttled_samples_discarded");
   c.launches_per_sample = integer("launches_per_sample");
+  c.input_copies = integer("input_copies");
   c.raced = boolean("raced");
   c.final_round = boolean("final_round");
   c.registers = integer("registers");
