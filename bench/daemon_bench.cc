@@ -5,6 +5,10 @@
 // GetBest) in four rounds, with the daemon's resident memory after each.
 //
 //   daemon_bench [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
+//
+// From a bundle on another machine: KTUNE_SOURCE=<checkout>
+// KTUNED_BIN=bundle/bin/ktuned KTUNE_CLIENT_BENCH=bundle/bin/client_bench
+// bundle/run.sh daemon_bench
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
@@ -28,8 +32,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::string kSource = KTUNE_SOURCE_DIR;
+// The build's paths, or $KTUNE_SOURCE, $KTUNED_BIN and $KTUNE_CLIENT_BENCH
+// (a bundle run on another machine).
+std::string FromEnv(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+const std::string kSource = FromEnv("KTUNE_SOURCE", KTUNE_SOURCE_DIR);
 const std::string kConv = "sim:" + kSource + "/kernels/recorded/convolution_milo_A100.json.gz";
+const std::string kKtuned = FromEnv("KTUNED_BIN", KTUNED_PATH);
+const std::string kClientBench = FromEnv("KTUNE_CLIENT_BENCH", CLIENT_BENCH_PATH);
 
 long RssKiB(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/status");
@@ -143,7 +155,7 @@ int main(int argc, char** argv) {
   const std::string dir = mkdtemp(dir_template);
   const std::string db = dir + "/k.db", out = dir + "/out", err = dir + "/err";
   const pid_t daemon = ktune::testing::Spawn(
-      KTUNED_PATH, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
+      kKtuned, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
       out, err);
   std::string address;
   for (int i = 0; i < 2000 && address.empty(); ++i) {
@@ -191,7 +203,7 @@ int main(int argc, char** argv) {
   {
     const std::string cout_path = dir + "/client.out";
     const int code = ktune::testing::WaitExit(
-        ktune::testing::Spawn(CLIENT_BENCH_PATH, {db}, cout_path, dir + "/client.err"));
+        ktune::testing::Spawn(kClientBench, {db}, cout_path, dir + "/client.err"));
     std::fputs(ktune::testing::Slurp(cout_path).c_str(), stdout);
     if (code != 0) std::fputs(ktune::testing::Slurp(dir + "/client.err").c_str(), stderr);
   }
