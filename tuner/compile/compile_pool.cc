@@ -224,11 +224,13 @@ int RunCompileWorker(const std::vector<std::string>& args) {
       if (n > 0 && n <= 19) (void)setpriority(PRIO_PROCESS, 0, n);
     }
     if (args[i] == "--memory-limit") {
+#ifndef __SANITIZE_ADDRESS__  // AddressSanitizer reserves terabytes of address space
       const rlim_t limit = std::strtoull(args[i + 1].c_str(), nullptr, 10);
       if (limit > 0) {
         rlimit rl{limit, limit};
         setrlimit(RLIMIT_AS, &rl);
       }
+#endif
     }
   }
   MessageChannel channel = ParentChannel();
