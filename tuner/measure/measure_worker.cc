@@ -313,9 +313,6 @@ double RelativeError(const std::vector<double>& v) {
   return mean > 0 ? sd / std::sqrt(static_cast<double>(v.size())) / mean : INFINITY;
 }
 
-// Whether a candidate has samples enough: the time cap is spent (once it
-// has `cap_min` samples), racing shows it clearly slower than `best_ms`
-// (marked in `out`), or the mean is as stable as asked.
 // Launches per sample for a kernel of `ms` below the short-kernel limit:
 // enough for a sample of about five times that limit.
 int LaunchesPerSample(const v1::WorkerSettings& settings, float ms) {
@@ -323,6 +320,9 @@ int LaunchesPerSample(const v1::WorkerSettings& settings, float ms) {
   return std::clamp(n, 1, 1000);
 }
 
+// Whether a candidate has samples enough: the time cap is spent (once it
+// has `cap_min` samples), racing shows it clearly slower than `best_ms`
+// (marked in `out`), or the mean is as stable as asked.
 bool SamplingDone(const std::vector<double>& samples, const v1::WorkerSettings& settings,
                   double best_ms, bool racing, int min_samples, int cap_min,
                   Clock::time_point start, v1::WorkerMeasurement* out) {
@@ -462,7 +462,6 @@ class Worker {
   // `s` is synchronised, GuardMessage and CompareMessage say what is wrong
   // ("" when nothing is).
   absl::Status EnqueueChecks(CUstream s, bool compare);
-  bool IsVerified(int index) const;
   std::string GuardMessage() const;
   absl::StatusOr<std::string> CompareMessage(CUstream s);
   // The canary's median time (ms) on the launch stream, as things stand.
@@ -951,11 +950,11 @@ absl::Status Worker::EnqueueChecks(CUstream s, bool compare) {
   }
   if (!compare) return absl::OkStatus();
   bool any = false;
-  for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    const Buffer& b = buffers_[i];
-    if (!b.has_reference || !IsVerified(static_cast<int>(i))) continue;
+  for (int index : setup_.verified()) {
+    const Buffer& b = buffers_[static_cast<std::size_t>(index)];
+    if (!b.has_reference) continue;
     any = true;
-    const CUdeviceptr slot = compare_results_.get() + 16 * i;
+    const CUdeviceptr slot = compare_results_.get() + 16 * static_cast<std::size_t>(index);
     KTUNE_RETURN_IF_ERROR(Check(api_.cuMemsetD8Async(slot, 0, 8, s), "cuMemsetD8Async"));
     KTUNE_RETURN_IF_ERROR(Check(api_.cuMemsetD8Async(slot + 8, 0xff, 8, s), "cuMemsetD8Async"));
     CUdeviceptr out = b.data, ref = b.reference.get(), result = slot;
@@ -973,11 +972,6 @@ absl::Status Worker::EnqueueChecks(CUstream s, bool compare) {
   return Check(api_.cuMemcpyDtoHAsync(h + 2 * kGuardBytes * buffers_.size(), compare_results_.get(),
                                       16 * buffers_.size(), s),
                "cuMemcpyDtoHAsync");
-}
-
-bool Worker::IsVerified(int index) const {
-  return std::find(setup_.verified().begin(), setup_.verified().end(), index) !=
-         setup_.verified().end();
 }
 
 std::string Worker::GuardMessage() const {
