@@ -81,7 +81,11 @@ struct Scheduler::Entry {
   std::condition_variable finished;
 
   std::mutex events_mu;
-  std::vector<std::shared_ptr<Subscription>> subs;
+  std::vector<std::shared_ptr<Subscription>> subs;  // guarded by events_mu
+  // The last event went out (guarded by events_mu): a later watcher reads
+  // the end from the store. `done` is set after it, under mu_, so it cannot
+  // tell a watcher whether its subscription would still hear anything.
+  bool ended = false;
 };
 
 Scheduler::Scheduler(SchedulerOptions options)
@@ -396,7 +400,10 @@ void Scheduler::Broadcast(Entry& e, const v1::JobEvent& event, bool last) {
       sub->sink->Deliver(event, last);
     }
   }
-  if (last) e.subs.clear();
+  if (last) {
+    e.subs.clear();
+    e.ended = true;
+  }
 }
 
 void Scheduler::Run(const std::shared_ptr<Entry>& e) {
@@ -732,7 +739,7 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
   sub->replaying = true;
   if (e != nullptr) {
     std::lock_guard<std::mutex> lock(e->events_mu);
-    if (!e->done) e->subs.push_back(sub);
+    if (!e->ended) e->subs.push_back(sub);
   }
   // The job as stored, then (with from_start) its measurements.
   v1::GetJobRequest g;

@@ -283,6 +283,47 @@ TEST_F(DaemonTest, ConcurrentClientsSubmitWatchAndQuery) {
   }
 }
 
+TEST_F(DaemonTest, EveryWatchEndsEvenAsTheJobEnds) {
+  // Watchers open streams over and over while the job runs and ends; each
+  // stream must close with the job's final state, including one opened in
+  // the moment between the job's last event and its leaving the scheduler.
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--sim-speed", "2000"}));
+  constexpr int kWatchers = 4, kRounds = 30;
+  std::atomic<int> hung{0}, ended_streams{0};
+  for (int round = 0; round < kRounds; ++round) {
+    v1::SubmitJobResponse job;
+    ASSERT_TRUE(Submit(Budget(8, 500 + round), &job).ok());
+    std::vector<std::thread> watchers;
+    for (int i = 0; i < kWatchers; ++i) {
+      watchers.emplace_back([&] {
+        for (bool ended = false; !ended;) {
+          grpc::ClientContext ctx;
+          Deadline(ctx, 20);
+          v1::WatchJobRequest req;
+          req.set_job_id(job.job_id());
+          auto reader = stub_->WatchJob(&ctx, req);
+          v1::JobEvent ev;
+          v1::JobState first = v1::JOB_STATE_UNSPECIFIED, last = first;
+          while (reader->Read(&ev)) {
+            if (ev.event_case() != v1::JobEvent::kState) continue;
+            if (first == v1::JOB_STATE_UNSPECIFIED) first = ev.state();
+            last = ev.state();
+          }
+          if (!reader->Finish().ok() || last != v1::SUCCEEDED) {
+            ++hung;
+            return;
+          }
+          ++ended_streams;
+          ended = first == v1::SUCCEEDED;  // opened after the end
+        }
+      });
+    }
+    for (std::thread& t : watchers) t.join();
+  }
+  EXPECT_EQ(hung.load(), 0);
+  EXPECT_GE(ended_streams.load(), kRounds * kWatchers);
+}
+
 TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
   // Two jobs at once on one simulated GPU, each candidate a few ms of
   // replayed time: their measurements interleave rather than run one job
