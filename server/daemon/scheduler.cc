@@ -42,8 +42,6 @@ void SetSeconds(double s, google::protobuf::Duration* d) {
   d->set_nanos(static_cast<std::int32_t>(std::round((s - std::floor(s)) * 1e9)) % 1000000000);
 }
 
-constexpr std::size_t kBestCacheSize = 4096;
-
 }  // namespace
 
 struct Scheduler::DeviceSlot {
@@ -676,16 +674,8 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const v1::CancelJobRequest& request) {
   return GetJob(g);
 }
 
-bool Scheduler::CachedBest(const v1::GetBestRequest& request, v1::GetBestResponse* out) {
-  const std::string key = DeterministicBytes(request);
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  auto it = best_cache_.find(key);
-  if (it == best_cache_.end() || it->second.first != best_generation_.load()) return false;
-  *out = it->second.second;
-  return true;
-}
-
-absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest& request) {
+absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest& request,
+                                                       std::uint64_t* generation) {
   if (request.kernel().empty()) return absl::InvalidArgumentError("kernel: required");
   for (const auto& [name, v] : request.problem()) {
     if (name.empty()) return absl::InvalidArgumentError("problem: a dimension without a name");
@@ -694,7 +684,8 @@ absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest&
           StrCat("problem.", name, ": ", v, " is not a positive size"));
     }
   }
-  const std::uint64_t generation = best_generation_.load();
+  // Read before the store: an answer is never newer than its generation.
+  if (generation != nullptr) *generation = best_generation_.load();
   BestQuery q;
   q.kernel = request.kernel();
   q.source_hash = request.source_hash();
@@ -715,9 +706,6 @@ absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest&
   if (!match.ok()) return match.status();
   v1::GetBestResponse out;
   BestMatchToProto(*match, &out);
-  std::lock_guard<std::mutex> lock(cache_mu_);
-  if (best_cache_.size() >= kBestCacheSize) best_cache_.clear();
-  best_cache_[DeterministicBytes(request)] = {generation, out};
   return out;
 }
 

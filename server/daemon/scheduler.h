@@ -74,7 +74,9 @@ class Scheduler {
   absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> Cancel(const v1::CancelJobRequest& request);
-  absl::StatusOr<v1::GetBestResponse> GetBest(const v1::GetBestRequest& request);
+  // With `generation`: the best_generation() the answer was read at.
+  absl::StatusOr<v1::GetBestResponse> GetBest(const v1::GetBestRequest& request,
+                                              std::uint64_t* generation = nullptr);
   v1::ListDevicesResponse ListDevices() const;
 
   // Follows a job: first its state (and with from_start its stored
@@ -83,9 +85,9 @@ class Scheduler {
   absl::Status Watch(const v1::WatchJobRequest& request, std::shared_ptr<EventSink> sink);
   void Unwatch(const EventSink* sink);
 
-  // A best answer from the cache, when it is current; never touches the
-  // store (safe on a gRPC thread).
-  bool CachedBest(const v1::GetBestRequest& request, v1::GetBestResponse* out);
+  // Changes whenever a stored best may have changed: a GetBest answer read
+  // at one generation is current while the generation is unchanged.
+  std::uint64_t best_generation() const { return best_generation_.load(); }
 
  private:
   struct DeviceSlot;
@@ -119,10 +121,7 @@ class Scheduler {
   std::mutex read_mu_;
   std::unique_ptr<Store> reader_;
 
-  // GetBest answers, valid while the generation is unchanged.
   std::atomic<std::uint64_t> best_generation_{0};
-  std::mutex cache_mu_;
-  std::unordered_map<std::string, std::pair<std::uint64_t, v1::GetBestResponse>> best_cache_;
 };
 
 }  // namespace ktune

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "tuner/base/strings.h"
 
@@ -183,16 +184,61 @@ grpc::ServerUnaryReactor* TunerService::CancelJob(grpc::CallbackServerContext* c
   return Async(ctx, pool_, response, [this, request] { return scheduler_.Cancel(*request); });
 }
 
+bool BestAnswers::Find(const std::string& request, std::uint64_t generation,
+                       grpc::ByteBuffer* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = answers_.find(request);
+  if (it == answers_.end() || it->second.first != generation) return false;
+  *out = it->second.second;  // shares the slices
+  return true;
+}
+
+void BestAnswers::Put(const std::string& request, std::uint64_t generation,
+                      const grpc::ByteBuffer& answer) {
+  if (request.size() > kMaxRequestBytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (answers_.size() >= kMaxEntries) answers_.clear();
+  answers_.insert_or_assign(request, std::make_pair(generation, answer));
+}
+
 grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx,
-                                                const v1::GetBestRequest* request,
-                                                v1::GetBestResponse* response) {
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
   KTUNE_CHECK_AUTH(ctx);
-  if (scheduler_.CachedBest(*request, response)) {
-    grpc::ServerUnaryReactor* r = ctx->DefaultReactor();
-    r->Finish(grpc::Status::OK);
-    return r;
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  std::string bytes;
+  std::vector<grpc::Slice> slices;
+  if (const grpc::Status dumped = request->Dump(&slices); !dumped.ok()) {
+    reactor->Finish(dumped);
+    return reactor;
   }
-  return Async(ctx, pool_, response, [this, request] { return scheduler_.GetBest(*request); });
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  if (best_answers_.Find(bytes, scheduler_.best_generation(), response)) {
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  boost::asio::post(pool_, [this, reactor, response, bytes = std::move(bytes)] {
+    v1::GetBestRequest parsed;
+    if (!parsed.ParseFromString(bytes)) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "GetBestRequest: the request is not a valid message"));
+      return;
+    }
+    std::uint64_t generation = 0;
+    absl::StatusOr<v1::GetBestResponse> answer = scheduler_.GetBest(parsed, &generation);
+    if (!answer.ok()) {
+      reactor->Finish(ToGrpc(answer.status()));
+      return;
+    }
+    const std::string out = answer->SerializeAsString();
+    grpc::Slice slice(out);
+    *response = grpc::ByteBuffer(&slice, 1);
+    best_answers_.Put(bytes, generation, *response);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* TunerService::ListDevices(grpc::CallbackServerContext* ctx,

@@ -1,19 +1,46 @@
 // The ktune.v1.Tuner service on gRPC's callback API. Handlers never block:
 // work that touches the store or the scheduler runs on an Asio pool and
-// finishes the call from there; a cached GetBest answer is sent at once.
-// Every call must carry the bearer token when the daemon has one.
+// finishes the call from there. GetBest, the hot path of applications, is
+// served on the raw bytes: a request seen before gets the serialized answer
+// it got then, at once, while no stored best has changed (no parsing, no
+// copying of messages). Every call must carry the bearer token when the
+// daemon has one.
 #ifndef KTUNE_SERVER_DAEMON_SERVICE_H_
 #define KTUNE_SERVER_DAEMON_SERVICE_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <boost/asio/thread_pool.hpp>
+#include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "server/daemon/scheduler.h"
 
 namespace ktune {
 
-class TunerService final : public v1::Tuner::CallbackService {
+// GetBest's answers as sent, by the request's bytes; each valid while the
+// scheduler's best generation is the one it was read at. Thread-safe.
+class BestAnswers {
+ public:
+  // Requests longer than this are answered but not remembered, and the
+  // table is emptied when full: a hostile client cannot grow it.
+  static constexpr std::size_t kMaxRequestBytes = 4096;
+  static constexpr std::size_t kMaxEntries = 4096;
+
+  bool Find(const std::string& request, std::uint64_t generation, grpc::ByteBuffer* out);
+  void Put(const std::string& request, std::uint64_t generation, const grpc::ByteBuffer& answer);
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::pair<std::uint64_t, grpc::ByteBuffer>> answers_;
+};
+
+class TunerService final
+    : public v1::Tuner::WithRawCallbackMethod_GetBest<v1::Tuner::CallbackService> {
  public:
   // `token`: the bearer token every call must present ("authorization:
   // Bearer TOKEN" metadata); empty: none asked.
@@ -33,9 +60,10 @@ class TunerService final : public v1::Tuner::CallbackService {
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const v1::CancelJobRequest* request,
                                       v1::Job* response) override;
+  // A serialized GetBestRequest in, a serialized GetBestResponse out.
   grpc::ServerUnaryReactor* GetBest(grpc::CallbackServerContext* ctx,
-                                    const v1::GetBestRequest* request,
-                                    v1::GetBestResponse* response) override;
+                                    const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* ctx,
                                         const v1::ListDevicesRequest* request,
                                         v1::ListDevicesResponse* response) override;
@@ -48,6 +76,7 @@ class TunerService final : public v1::Tuner::CallbackService {
 
   Scheduler& scheduler_;
   std::string token_;
+  BestAnswers best_answers_;
   boost::asio::thread_pool pool_;
 };
 

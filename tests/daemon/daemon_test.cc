@@ -3,6 +3,7 @@
 // ktune command line.
 #include <fcntl.h>
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,9 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -324,6 +327,30 @@ TEST_F(DaemonTest, EveryWatchEndsEvenAsTheJobEnds) {
   EXPECT_GE(ended_streams.load(), kRounds * kWatchers);
 }
 
+TEST_F(DaemonTest, ARememberedBestGivesWayToABetterResult) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  auto best_ms = [&] {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetBestRequest req;
+    req.set_kernel("convolution_kernel");
+    v1::GetBestResponse resp;
+    const grpc::Status s = stub_->GetBest(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.best().time_ms();
+  };
+  v1::SubmitJobResponse small, large;
+  ASSERT_TRUE(Submit(Budget(3, 7), &small).ok());
+  ASSERT_EQ(Follow(small.job_id()), v1::SUCCEEDED);
+  const double first = best_ms();
+  EXPECT_EQ(best_ms(), first);  // answered again, now from memory
+  ASSERT_TRUE(Submit(Budget(300, 8), &large).ok());
+  ASSERT_EQ(Follow(large.job_id()), v1::SUCCEEDED);
+  const double later = best_ms();
+  EXPECT_LT(later, first);
+  EXPECT_DOUBLE_EQ(later, Get(large.job_id()).best().time_ms());
+}
+
 TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
   // Two jobs at once on one simulated GPU, each candidate a few ms of
   // replayed time: their measurements interleave rather than run one job
@@ -602,6 +629,30 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
               return stub_->GetBest(&ctx, q, &r);
             }),
             grpc::StatusCode::NOT_FOUND);
+  {
+    // Bytes that are no GetBestRequest (GetBest is served on raw bytes).
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    const std::string junk = "\xff\xff\xff\xff garbage";
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::Status status;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    generic.UnaryCall(&ctx, "/ktune.v1.Tuner/GetBest", grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        status = s;
+                        done = true;
+                        cv.notify_all();
+                      });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("GetBestRequest"));
+  }
   {
     grpc::ClientContext ctx;
     v1::WatchJobRequest r;
