@@ -1,6 +1,8 @@
 // The daemon under load, on loopback: GetBest throughput and latency for 1,
-// 8 and 32 concurrent clients; the in-process BestConfigs lookup time
-// (client_bench); and
+// 8 and 32 concurrent clients (three runs each and their medians; the
+// daemon and the load generator on separate halves of the cores, or
+// sharing them with KTUNE_BENCH_SHARED_CORES=1); the in-process BestConfigs
+// lookup time (client_bench); and
 // a soak (32 clients submitting and watching jobs while 32 others query
 // GetBest) in four rounds, with the daemon's resident memory after each.
 //
@@ -9,7 +11,9 @@
 // From a bundle on another machine: KTUNE_SOURCE=<checkout>
 // KTUNED_BIN=bundle/bin/ktuned KTUNE_CLIENT_BENCH=bundle/bin/client_bench
 // bundle/run.sh daemon_bench
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -25,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "tests/testing/process.h"
 
@@ -60,103 +65,175 @@ ktune::v1::JobSpec Budget(int evaluations, int seed) {
   return spec;
 }
 
-// One logical client: a call at a time, the next issued from the previous
-// one's completion (gRPC's callback API, so the load generator needs few
-// threads and leaves the cores to the daemon).
-class LoadClient {
- public:
-  LoadClient(ktune::v1::Tuner::Stub* stub, Clock::time_point end) : stub_(stub), end_(end) {
-    req_.set_kernel("convolution_kernel");
-    req_.set_device("NVIDIA A100-PCIE-40GB");
-    (*req_.mutable_problem())["problem_size_x"] = 4096;
-    (*req_.mutable_problem())["problem_size_y"] = 4096;
-  }
-
-  void Start() { Next(); }
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_; });
-  }
-  std::vector<double>& latencies() { return latencies_; }
-  long failures() const { return failures_; }
-
- private:
-  void Next() {
-    if (Clock::now() >= end_) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      cv_.notify_all();
-      return;
-    }
-    ctx_ = std::make_unique<grpc::ClientContext>();
-    ctx_->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    t0_ = Clock::now();
-    stub_->async()->GetBest(ctx_.get(), &req_, &resp_, [this](grpc::Status s) {
-      latencies_.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0_).count());
-      if (!s.ok()) ++failures_;
-      Next();
-    });
-  }
-
-  ktune::v1::Tuner::Stub* stub_;
-  Clock::time_point end_;
-  ktune::v1::GetBestRequest req_;
-  ktune::v1::GetBestResponse resp_;
-  std::unique_ptr<grpc::ClientContext> ctx_;
-  Clock::time_point t0_;
-  std::vector<double> latencies_;
-  long failures_ = 0;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+// `clients` concurrent callers of GetBest for `seconds`, each on its own
+// connection, a call at a time (the next issued when the previous one
+// completes). The load generator is lean so that the daemon, not the
+// generator, is measured: completion queues, one thread per two cores it
+// may use (one on a 2-core machine).
+struct LoadResult {
+  double requests_per_s = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  long failures = 0;
 };
 
-// `clients` concurrent callers of GetBest for `seconds`, over four
-// connections; prints throughput and latency.
-void GetBestLoad(const std::string& address, int clients, double seconds) {
-  std::vector<std::unique_ptr<ktune::v1::Tuner::Stub>> stubs;
-  for (int i = 0; i < 4; ++i) {
+LoadResult GetBestLoad(const std::string& address, int clients, double seconds) {
+  // The request is serialized once and sent as bytes; each client parses
+  // its first answer in full (and counts a wrong one as a failure), then
+  // only checks status and size: the generator's work per call is gRPC's.
+  struct Call {
+    std::unique_ptr<grpc::GenericStub> stub;
+    std::unique_ptr<grpc::ClientContext> ctx;
+    grpc::ByteBuffer response;
+    grpc::Status status;
+    std::unique_ptr<grpc::GenericClientAsyncResponseReader> rpc;
+    Clock::time_point t0;
+    std::vector<double> latencies;
+    long failures = 0;
+    bool checked = false;
+  };
+  ktune::v1::GetBestRequest req;
+  req.set_kernel("convolution_kernel");
+  req.set_device("NVIDIA A100-PCIE-40GB");
+  (*req.mutable_problem())["problem_size_x"] = 4096;
+  (*req.mutable_problem())["problem_size_y"] = 4096;
+  const std::string bytes = req.SerializeAsString();
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+
+  std::vector<Call> calls(static_cast<std::size_t>(clients));
+  for (int c = 0; c < clients; ++c) {
     grpc::ChannelArguments args;
-    args.SetInt("ktune.bench.channel", i);  // distinct channels, distinct connections
-    stubs.push_back(ktune::v1::Tuner::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    args.SetInt("ktune.bench.client", c);  // distinct channels, distinct connections
+    calls[static_cast<std::size_t>(c)].stub = std::make_unique<grpc::GenericStub>(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   }
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  sched_getaffinity(0, sizeof(mine), &mine);
+  const int threads = std::clamp(CPU_COUNT(&mine) / 2, 1, clients);
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;
+  for (int t = 0; t < threads; ++t) queues.push_back(std::make_unique<grpc::CompletionQueue>());
   const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(seconds));
-  std::vector<std::unique_ptr<LoadClient>> all_clients;
-  for (int c = 0; c < clients; ++c) {
-    all_clients.push_back(
-        std::make_unique<LoadClient>(stubs[static_cast<std::size_t>(c) % 4].get(), end));
+  auto issue = [&](Call& call, grpc::CompletionQueue* cq) {
+    call.ctx = std::make_unique<grpc::ClientContext>();
+    call.ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    call.t0 = Clock::now();
+    call.rpc = call.stub->PrepareUnaryCall(call.ctx.get(), "/ktune.v1.Tuner/GetBest", request, cq);
+    call.rpc->StartCall();
+    call.rpc->Finish(&call.response, &call.status, &call);
+  };
+  std::vector<std::thread> pollers;
+  for (int t = 0; t < threads; ++t) {
+    pollers.emplace_back([&, t] {
+      grpc::CompletionQueue* cq = queues[static_cast<std::size_t>(t)].get();
+      int live = 0;
+      for (int c = t; c < clients; c += threads, ++live) {
+        issue(calls[static_cast<std::size_t>(c)], cq);
+      }
+      void* tag = nullptr;
+      bool ok = false;
+      while (live > 0 && cq->Next(&tag, &ok)) {
+        Call& call = *static_cast<Call*>(tag);
+        const Clock::time_point now = Clock::now();
+        call.latencies.push_back(std::chrono::duration<double, std::micro>(now - call.t0).count());
+        if (!ok || !call.status.ok() || call.response.Length() == 0) {
+          ++call.failures;
+        } else if (!call.checked) {
+          call.checked = true;
+          grpc::Slice whole;
+          ktune::v1::GetBestResponse parsed;
+          if (!call.response.DumpToSingleSlice(&whole).ok() ||
+              !parsed.ParseFromArray(whole.begin(), static_cast<int>(whole.size())) ||
+              parsed.kernel() != "convolution_kernel" || !parsed.best().has_time_ms()) {
+            ++call.failures;
+          }
+        }
+        if (now >= end) {
+          --live;
+        } else {
+          issue(call, cq);
+        }
+      }
+    });
   }
-  for (auto& c : all_clients) c->Start();
+  for (std::thread& t : pollers) t.join();
+  for (auto& q : queues) {
+    q->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (q->Next(&tag, &ok)) {
+    }
+  }
   std::vector<double> all;
-  long failures = 0;
-  for (auto& c : all_clients) {
-    c->Wait();
-    all.insert(all.end(), c->latencies().begin(), c->latencies().end());
-    failures += c->failures();
+  LoadResult r;
+  for (const Call& call : calls) {
+    all.insert(all.end(), call.latencies.begin(), call.latencies.end());
+    r.failures += call.failures;
   }
   std::sort(all.begin(), all.end());
   auto pct = [&](double p) {
     return all.empty() ? 0.0
                        : all[static_cast<std::size_t>(p * static_cast<double>(all.size() - 1))];
   };
-  std::printf("GetBest, %2d clients: %8.0f requests/s, p50 %6.0f us, p99 %6.0f us, %ld failed\n",
-              clients, static_cast<double>(all.size()) / seconds, pct(0.5), pct(0.99), failures);
+  r.requests_per_s = static_cast<double>(all.size()) / seconds;
+  r.p50_us = pct(0.5);
+  r.p99_us = pct(0.99);
+  return r;
+}
+
+void Print(int clients, const LoadResult& r, const char* what = "") {
+  std::printf("GetBest, %2d clients%s: %8.0f requests/s, p50 %6.0f us, p99 %6.0f us, %ld failed\n",
+              clients, what, r.requests_per_s, r.p50_us, r.p99_us, r.failures);
+}
+
+// The daemon gets the first half of this process's cores, the load
+// generator the second half: neither steals the other's time (on a 2-core
+// machine, one core each). KTUNE_BENCH_SHARED_CORES=1 leaves all cores to
+// both. Returns what was done, for the report.
+std::string SplitCores(bool daemon_side) {
+  static cpu_set_t all;
+  static bool read = false;
+  if (!read) {
+    CPU_ZERO(&all);
+    sched_getaffinity(0, sizeof(all), &all);
+    read = true;
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  }
+  const char* shared = std::getenv("KTUNE_BENCH_SHARED_CORES");
+  if (cpus.size() < 2 || (shared != nullptr && std::string(shared) == "1")) {
+    return std::to_string(cpus.size()) + " cores shared by the daemon and the load generator";
+  }
+  const std::size_t half = cpus.size() / 2;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (std::size_t i = daemon_side ? 0 : half; i < (daemon_side ? half : cpus.size()); ++i) {
+    CPU_SET(cpus[i], &set);
+  }
+  sched_setaffinity(0, sizeof(set), &set);
+  return std::to_string(half) + " cores for the daemon, " + std::to_string(cpus.size() - half) +
+         " for the load generator";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as ktuned does
   const double per_load = argc > 1 ? std::atof(argv[1]) : 2.0;
   const double soak = argc > 2 ? std::atof(argv[2]) : 60.0;
   char dir_template[] = "/tmp/ktune_daemon_bench.XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string db = dir + "/k.db", out = dir + "/out", err = dir + "/err";
+  const std::string cores = SplitCores(/*daemon_side=*/true);  // inherited by the daemon
   const pid_t daemon = ktune::testing::Spawn(
       kKtuned, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
       out, err);
+  SplitCores(/*daemon_side=*/false);
   std::string address;
   for (int i = 0; i < 2000 && address.empty(); ++i) {
     const std::string text = ktune::testing::Slurp(out);
@@ -194,9 +271,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "daemon_bench: the first job failed\n");
     return 1;
   }
-  std::printf("ktuned on %s, %u hardware threads here\n", address.c_str(),
-              std::thread::hardware_concurrency());
-  for (int clients : {1, 8, 32}) GetBestLoad(address, clients, per_load);
+  std::printf("ktuned on %s; %s\n", address.c_str(), cores.c_str());
+  // Three runs of each load, then their medians: these machines are noisy.
+  for (int clients : {1, 8, 32}) {
+    std::vector<LoadResult> runs;
+    for (int run = 0; run < 3; ++run) {
+      runs.push_back(GetBestLoad(address, clients, per_load));
+      Print(clients, runs.back());
+    }
+    auto median = [&](double LoadResult::*field) {
+      std::vector<double> v;
+      for (const LoadResult& r : runs) v.push_back(r.*field);
+      std::sort(v.begin(), v.end());
+      return v[1];
+    };
+    LoadResult m;
+    m.requests_per_s = median(&LoadResult::requests_per_s);
+    m.p50_us = median(&LoadResult::p50_us);
+    m.p99_us = median(&LoadResult::p99_us);
+    for (const LoadResult& r : runs) m.failures += r.failures;
+    Print(clients, m, ", median of 3");
+  }
 
   // In process: the client library, from the database file (its own
   // program: the library carries its own copy of the protocol).
@@ -223,7 +318,7 @@ int main(int argc, char** argv) {
           }
         });
       }
-      GetBestLoad(address, 32, seconds);
+      Print(32, GetBestLoad(address, 32, seconds), " during the soak");
       for (auto& t : threads) t.join();
       std::this_thread::sleep_for(std::chrono::seconds(1));
       return RssKiB(daemon);
