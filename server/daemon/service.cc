@@ -4,6 +4,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -195,10 +196,35 @@ bool BestAnswers::Find(const std::string& request, std::uint64_t generation,
 
 void BestAnswers::Put(const std::string& request, std::uint64_t generation,
                       const grpc::ByteBuffer& answer) {
-  if (request.size() > kMaxRequestBytes) return;
   std::lock_guard<std::mutex> lock(mu_);
+  PutLocked(request, generation, answer);
+}
+
+void BestAnswers::PutLocked(const std::string& request, std::uint64_t generation,
+                            const grpc::ByteBuffer& answer) {
+  if (request.size() > kMaxRequestBytes) return;
   if (answers_.size() >= kMaxEntries) answers_.clear();
   answers_.insert_or_assign(request, std::make_pair(generation, answer));
+}
+
+bool BestAnswers::Join(const std::string& request, std::uint64_t generation, BestWaiter waiter) {
+  if (request.size() > kMaxRequestBytes) return true;  // read alone
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<BestWaiter>& waiters = reading_[{request, generation}];
+  waiters.push_back(waiter);
+  return waiters.size() == 1;
+}
+
+std::vector<BestWaiter> BestAnswers::Complete(const std::string& request, std::uint64_t generation,
+                                              const grpc::ByteBuffer* answer,
+                                              std::uint64_t read_generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (answer != nullptr) PutLocked(request, read_generation, *answer);
+  auto it = reading_.find({request, generation});
+  if (it == reading_.end()) return {};
+  std::vector<BestWaiter> waiters = std::move(it->second);
+  reading_.erase(it);
+  return waiters;
 }
 
 grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx,
@@ -215,28 +241,39 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
   for (const grpc::Slice& slice : slices) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  if (best_answers_.Find(bytes, scheduler_.best_generation(), response)) {
+  const std::uint64_t generation = scheduler_.best_generation();
+  if (best_answers_.Find(bytes, generation, response)) {
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
-  boost::asio::post(pool_, [this, reactor, response, bytes = std::move(bytes)] {
+  const BestWaiter self{reactor, response};
+  // While jobs find new bests every answer goes stale at once: the calls
+  // that miss together wait for one read of the store.
+  if (!best_answers_.Join(bytes, generation, self)) return reactor;
+  boost::asio::post(pool_, [this, self, generation, bytes = std::move(bytes)] {
+    grpc::Status status;
+    std::optional<grpc::ByteBuffer> buffer;
+    std::uint64_t read_generation = 0;
     v1::GetBestRequest parsed;
     if (!parsed.ParseFromString(bytes)) {
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "GetBestRequest: the request is not a valid message"));
-      return;
+      status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "GetBestRequest: the request is not a valid message");
+    } else if (absl::StatusOr<v1::GetBestResponse> answer =
+                   scheduler_.GetBest(parsed, &read_generation);
+               !answer.ok()) {
+      status = ToGrpc(answer.status());
+    } else {
+      const std::string out = answer->SerializeAsString();
+      grpc::Slice slice(out);
+      buffer.emplace(&slice, 1);
     }
-    std::uint64_t generation = 0;
-    absl::StatusOr<v1::GetBestResponse> answer = scheduler_.GetBest(parsed, &generation);
-    if (!answer.ok()) {
-      reactor->Finish(ToGrpc(answer.status()));
-      return;
+    std::vector<BestWaiter> waiters =
+        best_answers_.Complete(bytes, generation, buffer ? &*buffer : nullptr, read_generation);
+    if (waiters.empty()) waiters.push_back(self);  // a long request, read alone
+    for (const BestWaiter& w : waiters) {
+      if (buffer) *w.response = *buffer;  // shares the slices
+      w.reactor->Finish(status);
     }
-    const std::string out = answer->SerializeAsString();
-    grpc::Slice slice(out);
-    *response = grpc::ByteBuffer(&slice, 1);
-    best_answers_.Put(bytes, generation, *response);
-    reactor->Finish(grpc::Status::OK);
   });
   return reactor;
 }

@@ -12,31 +12,53 @@
 
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "server/daemon/scheduler.h"
 
 namespace ktune {
 
+// A GetBest call waiting for its answer.
+struct BestWaiter {
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  grpc::ByteBuffer* response = nullptr;
+};
+
 // GetBest's answers as sent, by the request's bytes; each valid while the
-// scheduler's best generation is the one it was read at. Thread-safe.
+// scheduler's best generation is the one it was read at. Calls that miss
+// together share one read of the store. Thread-safe.
 class BestAnswers {
  public:
-  // Requests longer than this are answered but not remembered, and the
-  // table is emptied when full: a hostile client cannot grow it.
+  // Requests longer than this are answered but not remembered (nor
+  // shared), and the table is emptied when full: a hostile client cannot
+  // grow it.
   static constexpr std::size_t kMaxRequestBytes = 4096;
   static constexpr std::size_t kMaxEntries = 4096;
 
   bool Find(const std::string& request, std::uint64_t generation, grpc::ByteBuffer* out);
   void Put(const std::string& request, std::uint64_t generation, const grpc::ByteBuffer& answer);
 
+  // Joins the read of `request`'s answer under way for `generation`, or
+  // starts one: true when the caller is to read it and then Complete it.
+  bool Join(const std::string& request, std::uint64_t generation, BestWaiter waiter);
+  // Ends the read Join started: remembers `answer` (if any) as read at
+  // `read_generation`, and returns every waiter, the reader first.
+  std::vector<BestWaiter> Complete(const std::string& request, std::uint64_t generation,
+                                   const grpc::ByteBuffer* answer, std::uint64_t read_generation);
+
  private:
+  void PutLocked(const std::string& request, std::uint64_t generation,
+                 const grpc::ByteBuffer& answer);  // REQUIRES: mu_ held
+
   std::mutex mu_;
   std::unordered_map<std::string, std::pair<std::uint64_t, grpc::ByteBuffer>> answers_;
+  std::map<std::pair<std::string, std::uint64_t>, std::vector<BestWaiter>> reading_;
 };
 
 class TunerService final
