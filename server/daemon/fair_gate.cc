@@ -11,6 +11,15 @@ FairGate::Member::Member(FairGate& gate, double weight)
   id_ = gate_.next_id_++;
 }
 
+FairGate::Member::~Member() {
+  {
+    std::lock_guard<std::mutex> lock(gate_.mu_);
+    if (gate_.reserved_for_ != id_) return;
+    gate_.reserved_for_ = kNobody;
+  }
+  gate_.cv_.notify_all();
+}
+
 std::size_t FairGate::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   return waiting_.size();
@@ -23,8 +32,18 @@ void FairGate::Member::Acquire() {
   pass_ = std::max(pass_, gate_.virtual_time_);
   const std::pair<double, std::uint64_t> me{pass_, id_};
   gate_.waiting_.insert(me);
-  gate_.cv_.wait(lock, [&] { return !gate_.busy_ && *gate_.waiting_.begin() == me; });
+  for (;;) {
+    if (gate_.busy_ || *gate_.waiting_.begin() != me) {
+      gate_.cv_.wait(lock);
+    } else if (gate_.reserved_for_ != kNobody && gate_.reserved_for_ != id_ &&
+               std::chrono::steady_clock::now() < gate_.reserved_until_) {
+      gate_.cv_.wait_until(lock, gate_.reserved_until_);  // held for a job owed turns
+    } else {
+      break;
+    }
+  }
   gate_.waiting_.erase(gate_.waiting_.begin());
+  gate_.reserved_for_ = kNobody;
   gate_.busy_ = true;
   gate_.virtual_time_ = pass_;
   ++turns_;
@@ -35,6 +54,12 @@ void FairGate::Member::Release() {
     std::lock_guard<std::mutex> lock(gate_.mu_);
     gate_.busy_ = false;
     pass_ += stride_;
+    // Still owed turns: the gate waits a moment for this member's next
+    // candidate rather than going to a waiter with more service.
+    if (!gate_.waiting_.empty() && gate_.waiting_.begin()->first > pass_) {
+      gate_.reserved_for_ = id_;
+      gate_.reserved_until_ = std::chrono::steady_clock::now() + gate_.hold_;
+    }
   }
   gate_.cv_.notify_all();
 }

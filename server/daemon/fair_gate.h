@@ -1,13 +1,17 @@
 // Fair turns on one GPU for several jobs: a job holds the gate for one
 // candidate's timed evaluation at a time, so timed regions of different jobs
 // never overlap, and each turn goes to the waiting job that has had the
-// least service for its weight (stride scheduling), so no job starves. The
-// gate never idles for a job that is not asking: between its candidates a
-// job stores results and asks its strategy, so two busy jobs on one GPU in
-// practice alternate, whatever their weights.
+// least service for its weight (stride scheduling), so no job starves.
+// Between its candidates a job stores results and asks its strategy, so it
+// is briefly not waiting; a job that releases the gate while still owed
+// turns (its pass below every waiter's) keeps the gate for up to `hold`,
+// so two busy jobs share the GPU by their weights instead of alternating.
+// A job that does not come back within the hold loses nothing but that
+// turn's priority; the gate idles at most `hold` for it.
 #ifndef KTUNE_SERVER_DAEMON_FAIR_GATE_H_
 #define KTUNE_SERVER_DAEMON_FAIR_GATE_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -26,6 +30,7 @@ class FairGate {
   class Member {
    public:
     Member(FairGate& gate, double weight);
+    ~Member();
     Member(const Member&) = delete;
     Member& operator=(const Member&) = delete;
 
@@ -41,7 +46,7 @@ class FairGate {
     std::int64_t turns_ = 0;
   };
 
-  FairGate() = default;
+  explicit FairGate(std::chrono::microseconds hold = std::chrono::milliseconds(2)) : hold_(hold) {}
   FairGate(const FairGate&) = delete;
   FairGate& operator=(const FairGate&) = delete;
 
@@ -49,9 +54,14 @@ class FairGate {
   std::size_t waiting() const;
 
  private:
+  static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
+
+  const std::chrono::microseconds hold_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool busy_ = false;
+  std::uint64_t reserved_for_ = kNobody;  // a member that is owed the next turn
+  std::chrono::steady_clock::time_point reserved_until_;
   double virtual_time_ = 0;  // the pass of the latest turn granted
   std::uint64_t next_id_ = 0;
   std::set<std::pair<double, std::uint64_t>> waiting_;

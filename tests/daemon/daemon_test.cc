@@ -377,6 +377,32 @@ TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
   EXPECT_LT(ra.first, rb.second);
 }
 
+TEST_F(DaemonTest, AJobOfHigherPriorityGetsMoreTurnsOnItsGpu) {
+  // Two jobs at once on one simulated GPU, one at priority 2 (weight 4):
+  // while both run, it is measured about four times as often.
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "2", "--sim-speed", "400"}));
+  v1::SubmitJobResponse low, high;
+  ASSERT_TRUE(Submit(Budget(60, 1), &low, 0).ok());
+  ASSERT_TRUE(Submit(Budget(60, 2), &high, 2).ok());
+  EXPECT_EQ(Follow(low.job_id()), v1::SUCCEEDED);
+  EXPECT_EQ(Follow(high.job_id()), v1::SUCCEEDED);
+  auto times = [&](const std::string& id) {
+    std::vector<std::int64_t> t;
+    const v1::Job job = Get(id, true);
+    for (const auto& m : job.measurements()) {
+      t.push_back(m.measured_at().seconds() * 1000000 + m.measured_at().nanos() / 1000);
+    }
+    std::sort(t.begin(), t.end());
+    return t;
+  };
+  const std::vector<std::int64_t> lo = times(low.job_id()), hi = times(high.job_id());
+  ASSERT_EQ(hi.size(), 60u);
+  // While both ran (until the high-priority job's last measurement).
+  const auto low_meanwhile = std::count_if(
+      lo.begin(), lo.end(), [&](std::int64_t t) { return t >= hi.front() && t <= hi.back(); });
+  EXPECT_LT(low_meanwhile * 2, 60);
+}
+
 TEST_F(DaemonTest, SeveralDevices) {
   // Two devices of one model (two copies of a recording) and another model.
   const std::string copy = File("conv_copy.json.gz");

@@ -125,5 +125,35 @@ TEST(FairGateTest, TheWaiterWithTheLeastServiceForItsWeightGoesFirst) {
   EXPECT_STREQ(order[1], "light");
 }
 
+TEST(FairGateTest, TwoBusyJobsShareTheGateByTheirWeights) {
+  // Each member does a little work of its own between turns, as a job
+  // stores results and asks its strategy: without the hold they would
+  // alternate whatever their weights.
+  FairGate gate;
+  std::atomic<bool> stop{false};
+  std::atomic<std::int64_t> heavy_turns{0}, light_turns{0};
+  auto run = [&](double weight, std::atomic<std::int64_t>* turns) {
+    FairGate::Member m(gate, weight);
+    while (!stop.load()) {
+      m.Acquire();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // the timed region
+      m.Release();
+      ++*turns;
+      if (turns == &heavy_turns && turns->load() == 400) stop.store(true);
+      // Between candidates: CPU work (storing, asking), not a sleep.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    }
+  };
+  std::thread light(run, 1.0, &light_turns);
+  std::thread heavy(run, 4.0, &heavy_turns);
+  heavy.join();
+  light.join();
+  // 4 to 1 by weight; alternating would give 1 to 1.
+  EXPECT_LT(light_turns.load() * 2, heavy_turns.load());
+  EXPECT_GT(light_turns.load(), 0);  // and the light job is not starved
+}
+
 }  // namespace
 }  // namespace ktune
