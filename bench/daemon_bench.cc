@@ -19,12 +19,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,33 +188,44 @@ void Print(int clients, const LoadResult& r, const char* what = "") {
 
 // The daemon gets the first half of this process's cores, the load
 // generator the second half: neither steals the other's time (on a 2-core
-// machine, one core each). KTUNE_BENCH_SHARED_CORES=1 leaves all cores to
-// both. Returns what was done, for the report.
-std::string SplitCores(bool daemon_side) {
-  static cpu_set_t all;
-  static bool read = false;
-  if (!read) {
-    CPU_ZERO(&all);
-    sched_getaffinity(0, sizeof(all), &all);
-    read = true;
-  }
+// machine, one core each). KTUNE_BENCH_SHARED_CORES=1, or a single core,
+// leaves all cores to both (`daemon` and `generator` empty).
+struct CoreSplit {
+  std::vector<int> daemon, generator;
+  std::string description;
+};
+
+CoreSplit SplitCores() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  sched_getaffinity(0, sizeof(all), &all);
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &all)) cpus.push_back(c);
   }
+  CoreSplit split;
   const char* shared = std::getenv("KTUNE_BENCH_SHARED_CORES");
   if (cpus.size() < 2 || (shared != nullptr && std::string(shared) == "1")) {
-    return std::to_string(cpus.size()) + " cores shared by the daemon and the load generator";
+    split.description =
+        std::to_string(cpus.size()) + " cores shared by the daemon and the load generator";
+    return split;
   }
-  const std::size_t half = cpus.size() / 2;
+  const auto half = static_cast<std::ptrdiff_t>(cpus.size() / 2);
+  split.daemon.assign(cpus.begin(), cpus.begin() + half);
+  split.generator.assign(cpus.begin() + half, cpus.end());
+  split.description = std::to_string(split.daemon.size()) + " cores for the daemon, " +
+                      std::to_string(split.generator.size()) + " for the load generator";
+  return split;
+}
+
+// This thread, and the threads and processes it starts from now on, run on
+// `cpus` (none: unchanged).
+void RunOn(const std::vector<int>& cpus) {
+  if (cpus.empty()) return;
   cpu_set_t set;
   CPU_ZERO(&set);
-  for (std::size_t i = daemon_side ? 0 : half; i < (daemon_side ? half : cpus.size()); ++i) {
-    CPU_SET(cpus[i], &set);
-  }
+  for (int c : cpus) CPU_SET(c, &set);
   sched_setaffinity(0, sizeof(set), &set);
-  return std::to_string(half) + " cores for the daemon, " + std::to_string(cpus.size() - half) +
-         " for the load generator";
 }
 
 }  // namespace
@@ -229,11 +238,12 @@ int main(int argc, char** argv) {
   char dir_template[] = "/tmp/ktune_daemon_bench.XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   const std::string db = dir + "/k.db", out = dir + "/out", err = dir + "/err";
-  const std::string cores = SplitCores(/*daemon_side=*/true);  // inherited by the daemon
+  const CoreSplit cores = SplitCores();
+  RunOn(cores.daemon);  // inherited by the daemon
   const pid_t daemon = ktune::testing::Spawn(
       kKtuned, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
       out, err);
-  SplitCores(/*daemon_side=*/false);
+  RunOn(cores.generator);
   std::string address;
   for (int i = 0; i < 2000 && address.empty(); ++i) {
     const std::string text = ktune::testing::Slurp(out);
@@ -271,7 +281,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "daemon_bench: the first job failed\n");
     return 1;
   }
-  std::printf("ktuned on %s; %s\n", address.c_str(), cores.c_str());
+  std::printf("ktuned on %s; %s\n", address.c_str(), cores.description.c_str());
   // Three runs of each load, then their medians: these machines are noisy.
   for (int clients : {1, 8, 32}) {
     std::vector<LoadResult> runs;

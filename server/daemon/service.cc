@@ -196,13 +196,8 @@ bool BestAnswers::Find(const std::string& request, std::uint64_t generation,
 
 void BestAnswers::Put(const std::string& request, std::uint64_t generation,
                       const grpc::ByteBuffer& answer) {
-  std::lock_guard<std::mutex> lock(mu_);
-  PutLocked(request, generation, answer);
-}
-
-void BestAnswers::PutLocked(const std::string& request, std::uint64_t generation,
-                            const grpc::ByteBuffer& answer) {
   if (request.size() > kMaxRequestBytes) return;
+  std::lock_guard<std::mutex> lock(mu_);
   if (answers_.size() >= kMaxEntries) answers_.clear();
   answers_.insert_or_assign(request, std::make_pair(generation, answer));
 }
@@ -218,8 +213,8 @@ bool BestAnswers::Join(const std::string& request, std::uint64_t generation, Bes
 std::vector<BestWaiter> BestAnswers::Complete(const std::string& request, std::uint64_t generation,
                                               const grpc::ByteBuffer* answer,
                                               std::uint64_t read_generation) {
+  if (answer != nullptr) Put(request, read_generation, *answer);
   std::lock_guard<std::mutex> lock(mu_);
-  if (answer != nullptr) PutLocked(request, read_generation, *answer);
   auto it = reading_.find({request, generation});
   if (it == reading_.end()) return {};
   std::vector<BestWaiter> waiters = std::move(it->second);

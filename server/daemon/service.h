@@ -53,9 +53,6 @@ class BestAnswers {
                                    const grpc::ByteBuffer* answer, std::uint64_t read_generation);
 
  private:
-  void PutLocked(const std::string& request, std::uint64_t generation,
-                 const grpc::ByteBuffer& answer);  // REQUIRES: mu_ held
-
   std::mutex mu_;
   std::unordered_map<std::string, std::pair<std::uint64_t, grpc::ByteBuffer>> answers_;
   std::map<std::pair<std::string, std::uint64_t>, std::vector<BestWaiter>> reading_;

@@ -107,8 +107,8 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   po.cache_dir = CompileCache::DefaultDir();
   po.nvrtc_version = (*nvrtc)->version_text();
-  po.start_warm = true;  // NVRTC loads while the GPU opens
-  po.nice = 10;          // the measurement side's host work comes first
+  po.start_warm = true;                        // NVRTC loads while the GPU opens
+  po.nice = CudaDeviceOptions{}.compile_nice;  // as a device's own pool
   absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(po);
   if (!pool.ok()) return pool.status();
   return std::shared_ptr<CompilePool>(*std::move(pool));

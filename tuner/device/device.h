@@ -92,8 +92,6 @@ struct Measurement {
   bool ok() const { return status == CandidateStatus::kOk; }
 };
 
-// What a device needs to know about a job. The pointers must outlive the
-// binding.
 // measurement.rotate_inputs: read-only inputs get copies until together
 // they span twice the L2 (at most 64 copies), never more than this many
 // bytes beyond one copy plus the inputs' own size; inputs of at least this
@@ -101,6 +99,8 @@ struct Measurement {
 inline constexpr std::int64_t kMaxRotationBytes = std::int64_t{256} << 20;
 inline constexpr int kMaxRotationCopies = 64;
 
+// What a device needs to know about a job. The pointers must outlive the
+// binding.
 struct JobBinding {
   const Space* space = nullptr;
   // The job file's spec; null for a job over a recorded space.
