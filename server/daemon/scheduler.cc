@@ -327,6 +327,10 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   if (absl::StatusOr<BuiltStrategy> s = BuildStrategy(e->job, nullptr, ""); !s.ok()) {
     return absl::InvalidArgumentError(StrCat("strategy.name: ", s.status().message()));
   }
+  // A recording that cannot replay this job (other parameters, a pipeline)
+  // is refused now rather than queued to fail; binding a replay is cheap,
+  // and the session binds it again when the job runs.
+  if (device != nullptr) KTUNE_RETURN_IF_ERROR(device->Bind(BindingFor(e->job)));
   e->record = MakeJobRecord(e->job, slot->info);
   e->record.origin = "daemon";
   e->record.priority = priority;

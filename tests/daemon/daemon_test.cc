@@ -589,6 +589,25 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
   e = submit_error(spec);
   EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
 
+  // A valid spec that the served recording cannot replay is refused at
+  // once, not queued to fail.
+  spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("k");
+  spec.mutable_kernel()->set_code("__global__ void k() {}");
+  p = spec.add_parameters();
+  p->set_name("block_size_x");
+  p->add_ints(32);
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("records parameters other than the job's"));
+  EXPECT_THAT(e.second, HasSubstr("use_shmem"));
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse listed;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &listed).ok());
+    EXPECT_EQ(listed.jobs_size(), 0) << "a refused job must not be stored";
+  }
+
   e = submit_error(Budget(10, 0), 5000);
   EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(e.second, HasSubstr("priority"));
