@@ -1,11 +1,16 @@
 #include "server/daemon/scheduler.h"
 
+#include <fcntl.h>
 #include <google/protobuf/util/time_util.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -93,12 +98,46 @@ Scheduler::Scheduler(SchedulerOptions options)
 Scheduler::~Scheduler() {
   Shutdown();
   runners_.join();
+  if (store_lock_fd_ >= 0) close(store_lock_fd_);
+}
+
+absl::Status Scheduler::LockStore() {
+  // A lock file beside the database, not the database itself: closing any
+  // descriptor of the database would drop SQLite's own locks.
+  const std::string path = options_.db_path + ".ktuned-lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::PermissionDeniedError(
+        StrCat("--db ", options_.db_path, ": cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {};
+    const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+    close(fd);
+    std::string other = n > 0 ? std::string(pid, static_cast<std::size_t>(n)) : "";
+    other.erase(
+        std::remove_if(other.begin(), other.end(), [](char c) { return c < '0' || c > '9'; }),
+        other.end());
+    return absl::FailedPreconditionError(
+        StrCat("--db ", options_.db_path, ": another ktuned",
+               other.empty() ? "" : StrCat(" (pid ", other, ")"),
+               " serves this store; stop it first, or give this one another --db"));
+  }
+  store_lock_fd_ = fd;
+  // The pid only makes a second daemon's message clearer.
+  const std::string me = StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 ||
+      pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    std::fprintf(stderr, "ktuned: could not note the pid in %s\n", path.c_str());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::Start() {
   if (options_.devices.empty()) {
     return absl::InvalidArgumentError("--device: give at least one device (sim:FILE or a GPU)");
   }
+  KTUNE_RETURN_IF_ERROR(LockStore());
   // One NVRTC pool for every GPU job: compile work of all jobs shares it.
   const bool any_gpu = std::any_of(options_.devices.begin(), options_.devices.end(),
                                    [](const std::string& l) { return l.rfind("sim:", 0) != 0; });
@@ -514,7 +553,12 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
                            options_.limits.max_wall_seconds, " s (--max-wall-seconds)");
   }
   if (store.ok()) {
-    (void)store->SetJobState(e->id, final_state, final_message);
+    // A job that another live process runs (a local `ktune tune` of the
+    // same job) stays that process's to end.
+    absl::StatusOr<JobRecord> now = store->GetJob(e->id);
+    if (!now.ok() || now->state != JobState::kRunning || !RunByAnotherProcess(now->runner)) {
+      (void)store->SetJobState(e->id, final_state, final_message);
+    }
   } else {
     std::lock_guard<std::mutex> rl(read_mu_);
     (void)reader_->SetJobState(e->id, final_state, final_message);

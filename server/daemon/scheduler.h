@@ -63,8 +63,9 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Opens the devices and the store, and queues the daemon's unfinished
-  // jobs again. Errors name the device or the database.
+  // Takes the store (one daemon per database: a second one's start fails
+  // and names the first), opens the devices and the store, and queues the
+  // daemon's unfinished jobs again. Errors name the device or the database.
   absl::Status Start();
   // Stops taking jobs, lets each running job finish its candidate, records
   // it interrupted (queued jobs stay queued), and waits for them.
@@ -98,6 +99,7 @@ class Scheduler {
   void Dispatch();  // REQUIRES: mu_ held
   void Run(const std::shared_ptr<Entry>& entry);
   void Broadcast(Entry& entry, const v1::JobEvent& event, bool last);
+  absl::Status LockStore();
   absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
 
   SchedulerOptions options_;
@@ -120,6 +122,9 @@ class Scheduler {
   // Reads for the RPCs: one connection, serialised.
   std::mutex read_mu_;
   std::unique_ptr<Store> reader_;
+  // Holds an exclusive lock on DB.ktuned-lock while the daemon lives; the
+  // kernel drops it when the process ends, SIGKILL included.
+  int store_lock_fd_ = -1;
 
   std::atomic<std::uint64_t> best_generation_{0};
 };

@@ -271,6 +271,46 @@ TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {
   EXPECT_THAT(text.out, HasSubstr("runtime_fault"));
 }
 
+TEST_F(CliTest, ARunningJobIsNotRunTwiceAndAKilledOneReadsInterrupted) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  const std::vector<std::string> args = {"tune",        "--local", "--device",   cache,
+                                         "--seed",      "9",       "--strategy", "random",
+                                         "--max-evals", "300",     "--db",       Db()};
+  // About a second per recorded candidate, 100x faster: three seconds.
+  std::vector<std::string> slow = args;
+  slow.insert(slow.end(), {"--sim-speed", "100"});
+  const pid_t first = testing::Spawn(Cli(), slow, dir_ + "/first.out", dir_ + "/first.err");
+  std::string id;
+  for (int i = 0; i < 4000 && id.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    if (!s.ok()) continue;
+    absl::StatusOr<std::vector<JobRecord>> jobs = s->ListJobs();
+    if (jobs.ok() && !jobs->empty() && (*jobs)[0].evaluations > 0) id = (*jobs)[0].id;
+  }
+  ASSERT_FALSE(id.empty());
+  // The same job again while the first still runs it: refused, untouched.
+  const RunResult second = Run(args);
+  EXPECT_EQ(second.code, 1);
+  EXPECT_THAT(second.err, HasSubstr("already running (pid " + std::to_string(first)));
+  EXPECT_THAT(Run({"jobs", "--db", Db()}).out, HasSubstr("running"));
+
+  kill(first, SIGKILL);
+  EXPECT_EQ(testing::WaitExit(first), 128 + SIGKILL);
+  const RunResult jobs = Run({"jobs", "--db", Db()});
+  EXPECT_THAT(jobs.out, HasSubstr("interrupted"));
+  EXPECT_THAT(jobs.out, ::testing::Not(HasSubstr("running")));
+  const Json shown = RunJson({"show", id, "--db", Db(), "--json"});
+  EXPECT_EQ(shown.Find("job")->Find("state")->as_string(), "interrupted");
+  EXPECT_THAT(shown.Find("job")->Find("message")->as_string(),
+              HasSubstr("pid " + std::to_string(first)));
+  // Run again, it resumes and finishes.
+  const RunResult resumed = Run(args);
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("resumed"));
+  EXPECT_THAT(Run({"jobs", "--db", Db()}).out, HasSubstr("succeeded"));
+}
+
 TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
   const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
   const std::vector<std::string> args = {

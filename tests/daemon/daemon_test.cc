@@ -735,6 +735,23 @@ TEST_F(DaemonTest, ArgumentMemoryLimitIsChecked) {
   EXPECT_THAT(s.error_message(), HasSubstr("--max-argument-mib"));
 }
 
+TEST_F(DaemonTest, ASecondDaemonOnOneStoreIsRefused) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  // Two daemons would both resume the store's unfinished jobs.
+  const std::string err = File("second.err");
+  const int code =
+      Wait(Spawn(KTUNED_PATH, {"--db", Db(), "--listen", "127.0.0.1:0", "--device", kConv},
+                 File("second.out"), err));
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(Slurp(err), HasSubstr("another ktuned (pid " + std::to_string(pid_) + ")"));
+  // The first serves on; once it has stopped, the store is free.
+  v1::SubmitJobResponse r;
+  EXPECT_TRUE(Submit(Budget(5, 1), &r).ok());
+  EXPECT_EQ(Follow(r.job_id()), v1::SUCCEEDED);
+  EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
+  EXPECT_TRUE(StartDaemon({"--device", kConv}));
+}
+
 TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {
   ASSERT_TRUE(StartDaemon(
       {"--device", kConv, "--max-running", "1", "--max-queued", "1", "--sim-speed", "20"}));

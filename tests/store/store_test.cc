@@ -2,6 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/base/process.h"
 #include "tuner/store/sqlite.h"
 
 namespace ktune {
@@ -261,6 +265,67 @@ TEST_F(StoreTest, QueuedJobsKeepTheirOriginAndPriority) {
   EXPECT_TRUE(existed);
   EXPECT_EQ(r->state, JobState::kRunning);
   EXPECT_EQ(r->origin, "daemon");
+}
+
+// A child process that starts job `id` in the store at `path`, says so on
+// `ready` and then waits to be killed (it never records the job's end).
+pid_t StartJobInAChild(const std::string& path, const JobRecord& job) {
+  int ready[2];
+  if (pipe(ready) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    absl::StatusOr<Store> s = Store::Open(path, true);
+    bool resumed = false;
+    const char ok = s.ok() && s->StartJob(job, &resumed).ok() ? 'y' : 'n';
+    if (write(ready[1], &ok, 1) != 1) _exit(2);
+    for (;;) pause();
+  }
+  close(ready[1]);
+  char ok = 'n';
+  if (pid < 0 || read(ready[0], &ok, 1) != 1 || ok != 'y') {
+    if (pid > 0) kill(pid, SIGKILL);
+    close(ready[0]);
+    return -1;
+  }
+  close(ready[0]);
+  return pid;
+}
+
+TEST_F(StoreTest, AJobRunByALiveProcessIsNotRunTwiceAndADeadOnesReadsInterrupted) {
+  const pid_t child = StartJobInAChild(path_, MakeJob("job1"));
+  ASSERT_GT(child, 0);
+  testing::KilledAtExit reaper(child);
+  absl::StatusOr<Store> s = Store::Open(path_, false);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->GetJob("job1")->state, JobState::kRunning);
+  EXPECT_TRUE(RunByAnotherProcess(s->GetJob("job1")->runner));
+
+  bool resumed = false;
+  absl::StatusOr<JobRecord> twice = s->StartJob(MakeJob("job1"), &resumed);
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(twice.status().message(), HasSubstr("already running (pid " + std::to_string(child)));
+  EXPECT_EQ(s->GetJob("job1")->state, JobState::kRunning);
+  // Another job of the store is free to run.
+  EXPECT_TRUE(s->StartJob(MakeJob("job2"), &resumed).ok());
+
+  kill(child, SIGKILL);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);
+  reaper.Release();
+  absl::StatusOr<JobRecord> left = s->GetJob("job1");
+  EXPECT_EQ(left->state, JobState::kInterrupted);
+  EXPECT_THAT(left->message, HasSubstr("pid " + std::to_string(child)));
+  EXPECT_THAT(left->message, HasSubstr("run the same job again to resume it"));
+  EXPECT_FALSE(RunByAnotherProcess(left->runner));
+  // Ours (job2) still reads running; the dead one's job is taken over.
+  EXPECT_EQ(s->GetJob("job2")->state, JobState::kRunning);
+  absl::StatusOr<JobRecord> taken = s->StartJob(MakeJob("job1"), &resumed);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(taken->state, JobState::kRunning);
+  EXPECT_EQ(taken->runner, ThisProcess()->Encode());
+  ASSERT_TRUE(s->SetJobState("job1", JobState::kSucceeded, "").ok());
+  EXPECT_EQ(s->GetJob("job1")->state, JobState::kSucceeded);
 }
 
 TEST_F(StoreTest, JobIdPrefixes) {

@@ -3,6 +3,7 @@
 #define KTUNE_TESTS_TESTING_PROCESS_H_
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,6 +45,25 @@ inline int WaitExit(pid_t pid) {
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
+
+// Kills and reaps a child process when it goes out of scope, however a
+// test ends: a child left behind would hold the test's output open.
+// Release() once the test has reaped it itself.
+class KilledAtExit {
+ public:
+  explicit KilledAtExit(pid_t pid) : pid_(pid) {}
+  KilledAtExit(const KilledAtExit&) = delete;
+  KilledAtExit& operator=(const KilledAtExit&) = delete;
+  ~KilledAtExit() {
+    if (pid_ <= 0) return;  // never kill(-1, ...)
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  void Release() { pid_ = 0; }
+
+ private:
+  pid_t pid_;
+};
 
 }  // namespace ktune::testing
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "tuner/base/json.h"
+#include "tuner/base/process.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 
@@ -114,6 +115,12 @@ ALTER TABLE measurements ADD COLUMN samples_ms TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE jobs ADD COLUMN origin TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 )sql"},
+    // The process that runs a running job (ProcessName::Encode), so that a
+    // job whose process died reads as interrupted and a job still running
+    // elsewhere is not run twice at once.
+    {4, R"sql(
+ALTER TABLE jobs ADD COLUMN runner TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 constexpr const char* kJobColumns = R"sql(
@@ -121,7 +128,7 @@ SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,
        d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,
        d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,
        j.objective, j.state, j.message, j.evaluations, j.created_at,
-       j.updated_at, j.origin, j.priority
+       j.updated_at, j.origin, j.priority, j.runner
 FROM jobs j JOIN kernels k ON k.id = j.kernel_id
             JOIN devices d ON d.id = j.device_id)sql";
 
@@ -317,6 +324,8 @@ struct Store::Statements {
   sqlite::Statement get_job_prefix;
   sqlite::Statement list_jobs;
   sqlite::Statement set_state;
+  sqlite::Statement get_runner;
+  sqlite::Statement set_runner;
   sqlite::Statement insert_measurement;
   sqlite::Statement bump_evaluations;
   sqlite::Statement upsert_best;
@@ -464,6 +473,9 @@ ON CONFLICT (id) DO NOTHING)sql"));
       prep(st->list_jobs, StrCat(kJobColumns, " ORDER BY j.created_at DESC, j.id")));
   KTUNE_RETURN_IF_ERROR(prep(st->set_state, R"sql(
 UPDATE jobs SET state = ?2, message = ?3, updated_at = ?4 WHERE id = ?1)sql"));
+  KTUNE_RETURN_IF_ERROR(
+      prep(st->get_runner, "SELECT state, runner FROM jobs WHERE id = ?1 AND state = 'running'"));
+  KTUNE_RETURN_IF_ERROR(prep(st->set_runner, "UPDATE jobs SET runner = ?2 WHERE id = ?1"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_measurement, R"sql(
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms,
   objective, loss, median_ms, mean_ms, min_ms, max_ms, q1_ms, q3_ms,
@@ -571,7 +583,24 @@ absl::StatusOr<JobRecord> Store::ReadJob(sqlite::Statement& s) {
   j.updated_at = s.Text(22);
   j.origin = s.Text(23);
   j.priority = static_cast<int>(s.Int(24));
+  j.runner = s.Text(25);
+  // A job left running by a process of this host that has ended (killed,
+  // crashed, or from before a reboot) is not running: say so.
+  if (j.state == JobState::kRunning && LivenessOf(j.runner) == Liveness::kGone) {
+    j.state = JobState::kInterrupted;
+    const std::optional<ProcessName> was = ProcessName::Decode(j.runner);
+    j.message = StrCat("its process (", was ? was->Describe() : "?",
+                       ") ended without recording the job's end; ",
+                       j.origin == "daemon" ? "ktuned resumes it when it starts again"
+                                            : "run the same job again to resume it");
+  }
   return j;
+}
+
+bool RunByAnotherProcess(const std::string& runner) {
+  const std::optional<ProcessName> self = ThisProcess();
+  return !runner.empty() && (!self || runner != self->Encode()) &&
+         LivenessOf(runner) == Liveness::kAlive;
 }
 
 absl::StatusOr<JobRecord> Store::StartJob(const JobRecord& job, bool* resumed) {
@@ -584,6 +613,24 @@ absl::StatusOr<JobRecord> Store::QueueJob(const JobRecord& job, bool* existed) {
 
 absl::StatusOr<JobRecord> Store::RecordJob(const JobRecord& job, JobState state, bool* existed) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  const std::optional<ProcessName> self = ThisProcess();
+  const std::string runner = self ? self->Encode() : "";
+  if (state == JobState::kRunning) {
+    // Never two processes on one job: a job that a live process of this
+    // host runs is refused (a dead one's job is taken over).
+    sqlite::Statement& g = stmts_->get_runner;
+    g.Bind(1, std::string_view(job.id));
+    absl::StatusOr<bool> row = g.Step();
+    const std::string other = row.ok() && *row ? g.Text(1) : "";
+    g.Reset();
+    if (!row.ok()) return row.status();
+    if (RunByAnotherProcess(other)) {
+      return absl::FailedPreconditionError(
+          StrCat("job ", job.id, " is already running (", ProcessName::Decode(other)->Describe(),
+                 "); wait for it to end, or stop that process and run the job again to resume "
+                 "it"));
+    }
+  }
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t kernel_id, UpsertKernel(job));
   const std::string now = NowIso8601();
@@ -612,6 +659,10 @@ absl::StatusOr<JobRecord> Store::RecordJob(const JobRecord& job, JobState state,
         .Bind(4, std::string_view(now));
     KTUNE_RETURN_IF_ERROR(up.Run());
   }
+  sqlite::Statement& r = stmts_->set_runner;
+  r.Bind(1, std::string_view(job.id))
+      .Bind(2, std::string_view(state == JobState::kRunning ? runner : ""));
+  KTUNE_RETURN_IF_ERROR(r.Run());
   KTUNE_RETURN_IF_ERROR(tx.Commit());
   if (existed != nullptr) *existed = !inserted;
   return GetJob(job.id);

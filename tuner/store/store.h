@@ -57,6 +57,10 @@ struct JobRecord {
   std::string updated_at;
   std::string origin = "local";  // "local" (ktune tune --local) or "daemon"
   int priority = 0;              // higher runs first among queued jobs
+  // The process running the job (ProcessName::Encode), while it runs. A
+  // job read back as running whose process of this host has ended reads
+  // as interrupted, with a message that says so.
+  std::string runner;
 };
 
 struct StoredMeasurement {
@@ -145,6 +149,10 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
 
 // A connection to one database file. Move-only; not thread-safe (give each
 // thread its own Store; SQLite's locking and the busy timeout arbitrate).
+// Whether `runner` (JobRecord::runner) names a live process of this host
+// other than this one: that process's job is not ours to run or to end.
+bool RunByAnotherProcess(const std::string& runner);
+
 class Store {
  public:
   // Opens the database at `path`, creating it if `create`, and migrates it
@@ -159,8 +167,9 @@ class Store {
   int schema_version() const { return schema_version_; }
 
   // Records the job (with its device and kernel) unless a job with this id
-  // exists, then marks it running. Returns the stored record and sets
-  // *resumed when it existed before.
+  // exists, then marks it running in this process. Returns the stored
+  // record and sets *resumed when it existed before. FAILED_PRECONDITION
+  // when another live process of this host is running the job.
   absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed);
 
   // The same, but leaves the job queued (a daemon's job waiting its turn);
