@@ -1,7 +1,7 @@
 // Tuning under concurrency on real GPUs: load profiles, the copy/compute
 // pipeline, and one job spread over two GPUs.
 //
-//   concurrency_bench [--ktune PATH] [--kernels DIR] [--only a|b|c] [--repeats N]
+//   concurrency_bench [--ktune PATH] [--kernels DIR] [--only a|b|c|d] [--repeats N]
 //
 // (a) kernels/triad.json (STREAM triad, memory-bound) brute-forced
 //     isolated and under a bandwidth load at 50 % of the GPU's copy
@@ -14,6 +14,9 @@
 //     overlap achieved.
 // (c) the same brute-force job (kernels/sgemm.json) on one GPU and on two,
 //     each with a cold CUBIN cache: configurations per second and ratio.
+// (d) kernels/pipeline.json (pinned, 256 threads: streams x chunk sizes)
+//     brute-forced isolated and under a load taking half the host link
+//     each way; both winners, then side by side in both situations.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -105,20 +108,53 @@ const StoredMeasurement* Find(const Run& r, const std::string& key) {
   return nullptr;
 }
 
+// One job tuned on GPU 0 isolated (a) and under `load` (b).
+struct BothWays {
+  Job iso, loaded;
+  std::unique_ptr<Device> device;
+  Run a, b;
+};
+
+BothWays TuneBothWays(const Flags& f, const testing::TempDir& tmp, const v1::JobSpec& iso_spec,
+                      const v1::LoadProfile& load, const std::string& name) {
+  v1::JobSpec load_spec = iso_spec;
+  *load_spec.mutable_measurement()->mutable_load() = load;
+  load_spec.mutable_measurement()->mutable_load()->set_kind(v1::LoadProfile::UNDER_LOAD);
+  BothWays w{Resolve(f, iso_spec), Resolve(f, load_spec), Open(f, "0"), {}, {}};
+  w.a = Tune(w.iso, *w.device, tmp.File(name + "-iso.db"));
+  w.b = Tune(w.loaded, *w.device, tmp.File(name + "-load.db"));
+  return w;
+}
+
+// Both winners re-measured interleaved, f.repeats rounds, in each
+// situation: the loaded one, then the isolated one.
+void SideBySide(const Flags& f, Device& device, const Job& iso, const Job& loaded,
+                const std::string& iso_winner, const std::string& load_winner) {
+  const std::vector<Config> both = {*iso.space->ParseKey(iso_winner),
+                                    *iso.space->ParseKey(load_winner)};
+  for (const auto& [name, job] : {std::pair<const char*, const Job*>{"under load", &loaded},
+                                  std::pair<const char*, const Job*>{"isolated", &iso}}) {
+    if (absl::Status s = device.Bind(BindingFor(*job)); !s.ok()) Die("bind", s);
+    std::printf("  side by side %s (ms, isolated winner / under-load winner):", name);
+    std::vector<double> ratio;
+    for (int round = 0; round < f.repeats; ++round) {
+      absl::StatusOr<std::vector<Measurement>> ms = device.Remeasure(both);
+      if (!ms.ok()) Die("remeasure", ms.status());
+      std::printf(" %.4f/%.4f", (*ms)[0].time.count(), (*ms)[1].time.count());
+      ratio.push_back((*ms)[0].time.count() / (*ms)[1].time.count());
+    }
+    std::printf("\n    median ratio isolated-winner / under-load-winner: %.3f\n", Median(ratio));
+  }
+}
+
 // ------------------------------------------------------------------- (a)
 
 void LoadProfiles(const Flags& f, const testing::TempDir& tmp) {
   std::printf("(a) triad, isolated and under a 50%% bandwidth load\n");
-  v1::JobSpec iso_spec = LoadSpec(f, "triad");
-  v1::JobSpec load_spec = iso_spec;
-  v1::LoadProfile* load = load_spec.mutable_measurement()->mutable_load();
-  load->set_kind(v1::LoadProfile::UNDER_LOAD);
-  load->set_bandwidth_fraction(0.5);
-  const Job iso = Resolve(f, iso_spec);
-  const Job loaded = Resolve(f, load_spec);
-  std::unique_ptr<Device> device = Open(f, "0");
-  const Run a = Tune(iso, *device, tmp.File("a-iso.db"));
-  const Run b = Tune(loaded, *device, tmp.File("a-load.db"));
+  v1::LoadProfile load;
+  load.set_bandwidth_fraction(0.5);
+  BothWays w = TuneBothWays(f, tmp, LoadSpec(f, "triad"), load, "a");
+  const Run &a = w.a, &b = w.b;
   const StoredMeasurement& wi = *a.result.best;
   const StoredMeasurement& wl = *b.result.best;
   std::vector<double> canary, achieved, gbs;
@@ -155,21 +191,7 @@ void LoadProfiles(const Flags& f, const testing::TempDir& tmp) {
                 x->measurement.time.count());
   }
   if (wi.key == wl.key) std::printf("  the same winner in both situations\n");
-  // Side by side: both winners, interleaved, in each situation.
-  const std::vector<Config> both = {*iso.space->ParseKey(wi.key), *iso.space->ParseKey(wl.key)};
-  for (const auto& [name, job] : {std::pair<const char*, const Job*>{"under load", &loaded},
-                                  std::pair<const char*, const Job*>{"isolated", &iso}}) {
-    if (absl::Status s = device->Bind(BindingFor(*job)); !s.ok()) Die("bind", s);
-    std::printf("  side by side %s (ms, isolated winner / under-load winner):", name);
-    std::vector<double> ratio;
-    for (int round = 0; round < f.repeats; ++round) {
-      absl::StatusOr<std::vector<Measurement>> ms = device->Remeasure(both);
-      if (!ms.ok()) Die("remeasure", ms.status());
-      std::printf(" %.4f/%.4f", (*ms)[0].time.count(), (*ms)[1].time.count());
-      ratio.push_back((*ms)[0].time.count() / (*ms)[1].time.count());
-    }
-    std::printf("\n    median ratio isolated-winner / under-load-winner: %.3f\n", Median(ratio));
-  }
+  SideBySide(f, *w.device, w.iso, w.loaded, wi.key, wl.key);
 }
 
 // ------------------------------------------------------------------- (b)
@@ -227,6 +249,46 @@ void Pipeline(const Flags& f, const testing::TempDir& tmp) {
         pageable_one / best.measurement.time.count(), best.measurement.time.count() / ideal,
         best.measurement.time.count() / engines);
   }
+}
+
+// ------------------------------------------------------------------- (d)
+
+void PipelineUnderLoad(const Flags& f, const testing::TempDir& tmp) {
+  std::printf(
+      "(d) the pipeline (pinned, 256 threads), isolated and with half the host link\n"
+      "    taken each way by the load\n");
+  v1::JobSpec iso_spec = LoadSpec(f, "pipeline");
+  iso_spec.add_constraints("pinned == 1 && block_size_x == 256");
+  iso_spec.mutable_strategy()->set_name("brute_force");
+  iso_spec.mutable_strategy()->set_max_evaluations(0);
+  v1::LoadProfile load;
+  load.set_h2d_fraction(0.5);
+  load.set_d2h_fraction(0.5);
+  BothWays w = TuneBothWays(f, tmp, iso_spec, load, "d");
+  const Run &a = w.a, &b = w.b;
+  const StoredMeasurement& wi = *a.result.best;
+  const StoredMeasurement& wl = *b.result.best;
+  std::printf("  %zu configurations each, brute force (%.1f s isolated, %.1f s under load)\n",
+              a.measurements.size(), a.wall_s, b.wall_s);
+  auto rate = [](const Conditions& c, const char* name) {
+    auto it = c.load_rates.find(name);
+    return it == c.load_rates.end() ? 0.0 : it->second;
+  };
+  std::printf("  isolated winner    %-11s %.3f ms  %.1f GB/s, overlap %.2fx\n", wi.key.c_str(),
+              wi.measurement.time.count(), wi.measurement.conditions.throughput / 1e9,
+              wi.measurement.conditions.overlap);
+  const Conditions& lc = wl.measurement.conditions;
+  std::printf(
+      "  under-load winner  %-11s %.3f ms  %.1f GB/s, overlap %.2fx (canary %.2fx; the load got "
+      "%.0f%% of its rate: %.1f GB/s in, %.1f GB/s out)\n",
+      wl.key.c_str(), wl.measurement.time.count(), lc.throughput / 1e9, lc.overlap,
+      lc.canary_slowdown, 100 * lc.load_throughput, rate(lc, "h2d_gbs"), rate(lc, "d2h_gbs"));
+  if (const StoredMeasurement* x = Find(b, wi.key)) {
+    std::printf("  the isolated winner as measured during the under-load search: %.3f ms\n",
+                x->measurement.time.count());
+  }
+  if (wi.key == wl.key) std::printf("  the same winner in both situations\n");
+  SideBySide(f, *w.device, w.iso, w.loaded, wi.key, wl.key);
 }
 
 // ------------------------------------------------------------------- (c)
@@ -310,5 +372,6 @@ int main(int argc, char** argv) {
   if (f.only.empty() || f.only == "a") ktune::LoadProfiles(f, tmp);
   if (f.only.empty() || f.only == "b") ktune::Pipeline(f, tmp);
   if (f.only.empty() || f.only == "c") ktune::TwoGpus(f, tmp);
+  if (f.only.empty() || f.only == "d") ktune::PipelineUnderLoad(f, tmp);
   return 0;
 }

@@ -278,6 +278,54 @@ TEST_F(GpuTest, PipelineJobsVerifyAndReportTheirStages) {
   EXPECT_GT(bad, 0);
 }
 
+// A pipeline measured UNDER_LOAD: host-link copy traffic of the load shares
+// the copy engines and the link with the pipeline's own copies.
+TEST_F(GpuTest, PipelineUnderLoadSharesTheLinkWithTheLoad) {
+  auto pinned_only = [](v1::JobSpec& spec) { spec.add_constraints("pinned == 1"); };
+  const Job isolated = LoadJob("pipeline", {{"N", 1 << 24}}, pinned_only);
+  const Job loaded = LoadJob("pipeline", {{"N", 1 << 24}}, [&](v1::JobSpec& spec) {
+    pinned_only(spec);
+    v1::LoadProfile* load = spec.mutable_measurement()->mutable_load();
+    load->set_kind(v1::LoadProfile::UNDER_LOAD);
+    load->set_bandwidth_fraction(0.5);
+    load->set_h2d_fraction(0.5);
+    load->set_d2h_fraction(0.5);
+  });
+  const SessionResult a = Tune(isolated, "random", 6);
+  const SessionResult b = Tune(loaded, "random", 6);  // the same seed: the same configurations
+  ASSERT_TRUE(a.best.has_value());
+  ASSERT_TRUE(b.best.has_value());
+  std::map<std::string, double> alone;
+  for (const auto& [key, m] : Measurements(a.job.id)) {
+    if (m.measurement.ok()) alone[key] = m.measurement.time.count();
+  }
+  int compared = 0, slower = 0;
+  for (const auto& [key, m] : Measurements(b.job.id)) {
+    ASSERT_TRUE(m.measurement.ok()) << key << ": " << m.measurement.message;
+    const Conditions& c = m.measurement.conditions;
+    EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
+    EXPECT_GT(c.canary_slowdown, 1.0) << key;
+    EXPECT_GT(c.load_throughput, 0.0) << key;
+    for (const char* rate : {"bandwidth_gbs", "h2d_gbs", "d2h_gbs"}) {
+      ASSERT_EQ(c.load_rates.count(rate), 1u) << key << " " << rate;
+      EXPECT_GT(c.load_rates.at(rate), 0.0) << key << " " << rate;
+    }
+    EXPECT_GT(c.h2d_ms, 0) << key;
+    EXPECT_GT(c.overlap, 0) << key;
+    if (!alone.count(key)) continue;
+    ++compared;
+    slower += m.measurement.time.count() > alone[key];
+    std::printf(
+        "pipeline %-12s alone %.3f ms, under load %.3f ms (%.2fx)  canary %.2fx  "
+        "load %.0f%%  h2d %.1f GB/s  d2h %.1f GB/s\n",
+        key.c_str(), alone[key], m.measurement.time.count(),
+        m.measurement.time.count() / alone[key], c.canary_slowdown, 100 * c.load_throughput,
+        c.load_rates.at("h2d_gbs"), c.load_rates.at("d2h_gbs"));
+  }
+  EXPECT_GE(compared, 4);
+  EXPECT_EQ(slower, compared);  // half the link taken each way slows every pinned pipeline
+}
+
 // Seeded noise, constants and sequences are made on the GPU: a kernel that
 // copies such an input to an output matches, with no tolerance, the bytes
 // FillRange makes on the host for the same argument.

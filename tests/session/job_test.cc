@@ -135,7 +135,7 @@ TEST(JobSpecTest, MalformedJobFilesNameTheProblem) {
       {WithParams(R"([{"name": "a", "ints": [1]}])",
                   R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
                   R"( "measurement": {"load": {"kind": "CONCURRENT"}})"),
-       "a pipeline job is measured end to end, ISOLATED"},
+       "measure it ISOLATED or UNDER_LOAD, not CONCURRENT"},
       {WithParams(R"([{"name": "a", "ints": [1]}])",
                   R"(, "pipeline": {"elements": "1024", "chunkElements": "a", "streams": "a"},)"
                   R"( "measurement": {"rotateInputs": true})"),

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ktune/v1/job.pb.h"
@@ -466,6 +467,12 @@ class Worker {
   absl::StatusOr<std::string> CompareMessage(CUstream s);
   // The canary's median time (ms) on the launch stream, as things stand.
   absl::StatusOr<double> Canary();
+  // UNDER_LOAD (a no-op otherwise): times the canary on the idle GPU,
+  // starts the load, times the canary under it and records the slowdown in
+  // `out`. The load runs until `loaded` is finished (or destroyed: every
+  // way out of a measurement stops it).
+  class Loaded;
+  absl::StatusOr<Loaded> StartLoad(v1::WorkerMeasurement& out);
   // Side streams for concurrent instances and pipelines, at least n.
   absl::Status EnsureStreams(int n);
   // Side streams [from, to) wait for `at`; `into` waits for all their work
@@ -1016,6 +1023,40 @@ absl::StatusOr<std::string> Worker::CompareMessage(CUstream s) {
   return std::string();
 }
 
+class Worker::Loaded {
+ public:
+  explicit Loaded(LoadRunner* load) : load_(load) {}
+  Loaded(Loaded&& o) noexcept : load_(std::exchange(o.load_, nullptr)) {}
+  Loaded& operator=(Loaded&&) = delete;
+  ~Loaded() {
+    if (load_ != nullptr) (void)load_->Stop();
+  }
+  // Stops the load and records what it achieved in `out`.
+  absl::Status Finish(v1::WorkerMeasurement& out) {
+    if (load_ == nullptr) return absl::OkStatus();
+    absl::StatusOr<LoadResult> achieved = std::exchange(load_, nullptr)->Stop();
+    if (!achieved.ok()) return achieved.status();
+    out.set_load_throughput(achieved->throughput);
+    for (const auto& [name, rate] : achieved->rates) (*out.mutable_load_rates())[name] = rate;
+    return absl::OkStatus();
+  }
+
+ private:
+  LoadRunner* load_;  // null: no load, or stopped
+};
+
+absl::StatusOr<Worker::Loaded> Worker::StartLoad(v1::WorkerMeasurement& out) {
+  if (load_ == nullptr || load_->empty()) return Loaded(nullptr);
+  absl::StatusOr<double> idle = Canary();
+  if (!idle.ok()) return idle.status();
+  KTUNE_RETURN_IF_ERROR(load_->Start());
+  Loaded loaded(load_.get());
+  absl::StatusOr<double> busy = Canary();
+  if (!busy.ok()) return busy.status();
+  out.set_canary_slowdown(*idle > 0 ? *busy / *idle : 0);
+  return loaded;
+}
+
 absl::StatusOr<double> Worker::Canary() {
   CUstream s = stream_.get();
   CUdeviceptr in = canary_memory_.get(), out = in + kCanaryBytes;
@@ -1241,6 +1282,10 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
     }
   }
 
+  // UNDER_LOAD: the load runs through the samples and the stages.
+  absl::StatusOr<Loaded> loaded = StartLoad(out);
+  if (!loaded.ok()) return infra(loaded.status());
+
   // Samples: whole pipeline runs, end to end.
   out.set_launches_per_sample(1);
   out.set_sm_clock_mhz_before(clocks_.clock_mhz());
@@ -1285,6 +1330,7 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
     stage_ms[stage] = ms;
     busy += ms;
   }
+  if (auto st = loaded->Finish(out); !st.ok()) return infra(st);
   out.set_h2d_ms(stage_ms[0]);
   out.set_kernel_ms(stage_ms[1]);
   out.set_d2h_ms(stage_ms[2]);
@@ -1487,26 +1533,9 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   };
   capture();
 
-  // UNDER_LOAD: the canary on the idle GPU, the load started, the canary
-  // again under it; the load runs until the samples are taken (and is
-  // stopped on every way out).
-  bool loaded = false;
-  struct StopLoad {
-    LoadRunner* load;
-    bool* running;
-    ~StopLoad() {
-      if (*running) (void)load->Stop();
-    }
-  } stop_load{load_.get(), &loaded};
-  if (load_ != nullptr && !load_->empty()) {
-    absl::StatusOr<double> idle = Canary();
-    if (!idle.ok()) return infra(idle.status());
-    if (auto st = load_->Start(); !st.ok()) return infra(st);
-    loaded = true;
-    absl::StatusOr<double> busy_canary = Canary();
-    if (!busy_canary.ok()) return infra(busy_canary.status());
-    out.set_canary_slowdown(*idle > 0 ? *busy_canary / *idle : 0);
-  }
+  // UNDER_LOAD: the load runs until the samples are taken.
+  absl::StatusOr<Loaded> loaded = StartLoad(out);
+  if (!loaded.ok()) return infra(loaded.status());
 
   // 4. Samples, enqueued kChunk at a time so the GPU never waits on us.
   out.set_sm_clock_mhz_before(clocks_.clock_mhz());
@@ -1607,13 +1636,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   out.set_sm_clock_mhz_after(clocks_.clock_mhz());
   out.set_throttled_samples_discarded(discarded);
   out.set_gpu_busy_ms(busy);
-  if (loaded) {
-    loaded = false;
-    absl::StatusOr<LoadResult> achieved = load_->Stop();
-    if (!achieved.ok()) return infra(achieved.status());
-    out.set_load_throughput(achieved->throughput);
-    for (const auto& [name, rate] : achieved->rates) (*out.mutable_load_rates())[name] = rate;
-  }
+  if (auto st = loaded->Finish(out); !st.ok()) return infra(st);
   if (samples.empty()) {
     out.set_status("runtime_fault");
     out.set_message("every sample was taken while the GPU was throttled");

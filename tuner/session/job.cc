@@ -226,8 +226,10 @@ absl::Status ValidateSettings(const v1::JobSpec& spec) {
           "arguments: a pipeline job's kernel takes (const T* in, T* out, unsigned long long n); "
           "give no arguments");
     }
-    if (load.kind() == v1::LoadProfile::UNDER_LOAD || load.kind() == v1::LoadProfile::CONCURRENT) {
-      return Invalid("measurement.load.kind: a pipeline job is measured end to end, ISOLATED");
+    if (load.kind() == v1::LoadProfile::CONCURRENT) {
+      return Invalid(
+          "measurement.load.kind: a pipeline job runs over its own streams (pipeline.streams); "
+          "measure it ISOLATED or UNDER_LOAD, not CONCURRENT");
     }
   }
   if (m.rotate_inputs()) {
