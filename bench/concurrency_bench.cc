@@ -279,10 +279,11 @@ void PipelineUnderLoad(const Flags& f, const testing::TempDir& tmp) {
               wi.measurement.conditions.overlap);
   const Conditions& lc = wl.measurement.conditions;
   std::printf(
-      "  under-load winner  %-11s %.3f ms  %.1f GB/s, overlap %.2fx (canary %.2fx; the load got "
-      "%.0f%% of its rate: %.1f GB/s in, %.1f GB/s out)\n",
+      "  under-load winner  %-11s %.3f ms  %.1f GB/s, overlap %.2fx (canary %.2fx, link canary "
+      "%.2fx; the load got %.0f%% of its rate: %.1f GB/s in, %.1f GB/s out)\n",
       wl.key.c_str(), wl.measurement.time.count(), lc.throughput / 1e9, lc.overlap,
-      lc.canary_slowdown, 100 * lc.load_throughput, rate(lc, "h2d_gbs"), rate(lc, "d2h_gbs"));
+      lc.canary_slowdown, lc.link_canary_slowdown, 100 * lc.load_throughput, rate(lc, "h2d_gbs"),
+      rate(lc, "d2h_gbs"));
   if (const StoredMeasurement* x = Find(b, wi.key)) {
     std::printf("  the isolated winner as measured during the under-load search: %.3f ms\n",
                 x->measurement.time.count());

@@ -64,6 +64,7 @@ Json ConditionsJson(const Conditions& c) {
   for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   j.Set("load", kind);
   if (c.canary_slowdown > 0) j.Set("canary_slowdown", c.canary_slowdown);
+  if (c.link_canary_slowdown > 0) j.Set("link_canary_slowdown", c.link_canary_slowdown);
   if (c.load_throughput > 0) j.Set("load_throughput", c.load_throughput);
   if (!c.load_rates.empty()) {
     Json rates = Json::MakeObject();
@@ -91,8 +92,13 @@ std::string ConditionsText(const Conditions& c) {
   std::string out;
   char buf[160];
   if (c.load == v1::LoadProfile::UNDER_LOAD) {
-    std::snprintf(buf, sizeof buf, "under load: canary %.2fx, load got %.0f%%", c.canary_slowdown,
-                  100 * c.load_throughput);
+    std::snprintf(buf, sizeof buf, "under load: canary %.2fx", c.canary_slowdown);
+    out += buf;
+    if (c.link_canary_slowdown > 0) {
+      std::snprintf(buf, sizeof buf, ", link canary %.2fx", c.link_canary_slowdown);
+      out += buf;
+    }
+    std::snprintf(buf, sizeof buf, ", load got %.0f%%", 100 * c.load_throughput);
     out += buf;
   }
   if (c.instances > 0 && c.throughput > 0) {

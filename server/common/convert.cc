@@ -148,6 +148,7 @@ void MeasurementToProto(const StoredMeasurement& m, v1::MeasurementRecord* out) 
   const Conditions& rc = r.conditions;
   c->set_load(rc.load);
   c->set_canary_slowdown(rc.canary_slowdown);
+  c->set_link_canary_slowdown(rc.link_canary_slowdown);
   c->set_load_throughput(rc.load_throughput);
   for (const auto& [k, v] : rc.load_rates) (*c->mutable_load_rates())[k] = v;
   c->set_throughput(rc.throughput);
@@ -199,6 +200,7 @@ StoredMeasurement MeasurementFromProto(const v1::MeasurementRecord& m) {
   r.conditions.load =
       mc.load() == v1::LoadProfile::KIND_UNSPECIFIED ? v1::LoadProfile::ISOLATED : mc.load();
   r.conditions.canary_slowdown = mc.canary_slowdown();
+  r.conditions.link_canary_slowdown = mc.link_canary_slowdown();
   r.conditions.load_throughput = mc.load_throughput();
   for (const auto& [k, v] : mc.load_rates()) r.conditions.load_rates[k] = v;
   r.conditions.throughput = mc.throughput();

@@ -202,7 +202,8 @@ TEST_F(GpuTest, UnderLoadRecordsTheCanaryAndTheLoad) {
     ++ok;
     const Conditions& c = m.measurement.conditions;
     EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
-    EXPECT_GT(c.canary_slowdown, 1.0) << key;  // a bandwidth load slows a copy
+    EXPECT_GT(c.canary_slowdown, 1.0) << key;       // a bandwidth load slows a copy
+    EXPECT_GT(c.link_canary_slowdown, 0.0) << key;  // host copies in the load: measured
     EXPECT_GT(c.load_throughput, 0.0) << key;
     for (const char* rate :
          {"bandwidth_gbs", "compute_tflops", "h2d_gbs", "d2h_gbs", "companion0_per_s"}) {
@@ -305,6 +306,7 @@ TEST_F(GpuTest, PipelineUnderLoadSharesTheLinkWithTheLoad) {
     const Conditions& c = m.measurement.conditions;
     EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
     EXPECT_GT(c.canary_slowdown, 1.0) << key;
+    EXPECT_GT(c.link_canary_slowdown, 1.0) << key;  // half the link taken each way
     EXPECT_GT(c.load_throughput, 0.0) << key;
     for (const char* rate : {"bandwidth_gbs", "h2d_gbs", "d2h_gbs"}) {
       ASSERT_EQ(c.load_rates.count(rate), 1u) << key << " " << rate;
@@ -316,11 +318,11 @@ TEST_F(GpuTest, PipelineUnderLoadSharesTheLinkWithTheLoad) {
     ++compared;
     slower += m.measurement.time.count() > alone[key];
     std::printf(
-        "pipeline %-12s alone %.3f ms, under load %.3f ms (%.2fx)  canary %.2fx  "
-        "load %.0f%%  h2d %.1f GB/s  d2h %.1f GB/s\n",
+        "pipeline %-12s alone %.3f ms, under load %.3f ms (%.2fx)  canary %.2fx  link canary "
+        "%.2fx  load %.0f%%  h2d %.1f GB/s  d2h %.1f GB/s\n",
         key.c_str(), alone[key], m.measurement.time.count(),
-        m.measurement.time.count() / alone[key], c.canary_slowdown, 100 * c.load_throughput,
-        c.load_rates.at("h2d_gbs"), c.load_rates.at("d2h_gbs"));
+        m.measurement.time.count() / alone[key], c.canary_slowdown, c.link_canary_slowdown,
+        100 * c.load_throughput, c.load_rates.at("h2d_gbs"), c.load_rates.at("d2h_gbs"));
   }
   EXPECT_GE(compared, 4);
   EXPECT_EQ(slower, compared);  // half the link taken each way slows every pinned pipeline

@@ -432,8 +432,34 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
   m.measurement.conditions.launches_per_sample = 8;
   m.measurement.conditions.input_copies = 5;
   m.measurement.conditions.gpu_busy = Millis(12.5);
+  Conditions& lc = m.measurement.conditions;
+  lc.load = LoadProfile::UNDER_LOAD;
+  lc.canary_slowdown = 2.5;
+  lc.link_canary_slowdown = 1.75;
+  lc.load_throughput = 0.9;
+  lc.load_rates = {{"h2d_gbs", 26.8}, {"bandwidth_gbs", 1877}};
+  lc.throughput = 9.3e10;
+  lc.streams = 6;
+  lc.h2d_ms = 4.9;
+  lc.kernel_ms = 1.7;
+  lc.d2h_ms = 4.8;
+  lc.overlap = 1.97;
+  lc.device = "cuda:1";
   ASSERT_TRUE(s->AddMeasurement("job1", m).ok());
   const StoredMeasurement back = (*s->LoadMeasurements("job1"))[0];
+  {
+    const Conditions& b = back.measurement.conditions;
+    EXPECT_EQ(b.load, LoadProfile::UNDER_LOAD);
+    EXPECT_DOUBLE_EQ(b.canary_slowdown, 2.5);
+    EXPECT_DOUBLE_EQ(b.link_canary_slowdown, 1.75);
+    EXPECT_DOUBLE_EQ(b.load_throughput, 0.9);
+    EXPECT_EQ(b.load_rates, lc.load_rates);
+    EXPECT_DOUBLE_EQ(b.throughput, 9.3e10);
+    EXPECT_EQ(b.streams, 6);
+    EXPECT_DOUBLE_EQ(b.h2d_ms + b.kernel_ms + b.d2h_ms, 4.9 + 1.7 + 4.8);
+    EXPECT_DOUBLE_EQ(b.overlap, 1.97);
+    EXPECT_EQ(b.device, "cuda:1");
+  }
   EXPECT_EQ(back.measurement.samples_ms, m.measurement.samples_ms);
   EXPECT_EQ(back.measurement.conditions.sm_clock_mhz_before, 1980);
   EXPECT_TRUE(back.measurement.conditions.raced);

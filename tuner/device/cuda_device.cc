@@ -1019,6 +1019,7 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   cond.gpu_busy = Millis(w->gpu_busy_ms());
   cond.load = load_kind_;
   cond.canary_slowdown = w->canary_slowdown();
+  cond.link_canary_slowdown = w->link_canary_slowdown();
   cond.load_throughput = w->load_throughput();
   for (const auto& [name, rate] : w->load_rates()) cond.load_rates[name] = rate;
   cond.instances = c.instances();

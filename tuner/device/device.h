@@ -61,7 +61,8 @@ struct Conditions {
   Millis gpu_busy{0};  // timed GPU work (sum of the samples)
   // Load profiles (see ktune.v1.Conditions for the meaning of each).
   LoadProfile::Kind load = LoadProfile::ISOLATED;
-  double canary_slowdown = 0;  // 0: not measured
+  double canary_slowdown = 0;       // 0: not measured
+  double link_canary_slowdown = 0;  // 0: not measured (no host copies in the load)
   double load_throughput = 0;
   std::map<std::string, double> load_rates;
   double throughput = 0;  // concurrent: instances/s; pipeline: bytes/s

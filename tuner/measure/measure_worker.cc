@@ -237,6 +237,8 @@ constexpr int kChunk = 4;  // samples enqueued before one synchronisation
 constexpr std::size_t kStagingBytes = std::size_t{64} << 20;  // a multiple of 8
 constexpr std::size_t kCanaryBytes = std::size_t{16} << 20;   // read, and as much written
 constexpr int kCanaryRuns = 16;
+// Each way through the host link: the link canary (within kCanaryBytes).
+constexpr std::size_t kLinkCanaryBytes = std::size_t{4} << 20;
 constexpr int kMaxStreams = 32;  // concurrent instances, pipeline streams
 
 std::string FormatUuid(const CUuuid& u) {
@@ -467,6 +469,13 @@ class Worker {
   absl::StatusOr<std::string> CompareMessage(CUstream s);
   // The canary's median time (ms) on the launch stream, as things stand.
   absl::StatusOr<double> Canary();
+  // The median time (ms) of `work` on the launch stream: one untimed run,
+  // then kCanaryRuns, each between events. `what` names it in errors.
+  absl::StatusOr<double> TimeMedian(const std::function<CUresult(CUstream)>& work,
+                                    const char* what);
+  // The link canary: a fixed pinned copy to the GPU and back, the median
+  // time (ms) on the launch stream, as things stand.
+  absl::StatusOr<double> LinkCanary();
   // UNDER_LOAD (a no-op otherwise): times the canary on the idle GPU,
   // starts the load, times the canary under it and records the slowdown in
   // `out`. The load runs until `loaded` is finished (or destroyed: every
@@ -510,8 +519,9 @@ class Worker {
   CUcontext cu_context_ = nullptr;
   cuda::DeviceMemory canary_memory_;
   std::vector<cuda::Event> canary_events_;
-  std::unique_ptr<LoadRunner> load_;  // under_load jobs
-  std::vector<cuda::Stream> side_;    // concurrent instances, pipeline streams
+  cuda::PinnedMemory link_canary_host_;  // allocated with a load on the host link
+  std::unique_ptr<LoadRunner> load_;     // under_load jobs
+  std::vector<cuda::Stream> side_;       // concurrent instances, pipeline streams
   std::vector<cuda::Event> joins_;
   cuda::Event fork_;
   // Pipeline jobs: the host arrays (pinned and pageable), the per-stream
@@ -1047,38 +1057,37 @@ class Worker::Loaded {
 
 absl::StatusOr<Worker::Loaded> Worker::StartLoad(v1::WorkerMeasurement& out) {
   if (load_ == nullptr || load_->empty()) return Loaded(nullptr);
+  // The canary kernel sees contention for memory and SMs; a load with host
+  // copies also gets the link canary, which sees contention for the link.
+  const bool link = setup_.load().h2d_fraction() > 0 || setup_.load().d2h_fraction() > 0;
   absl::StatusOr<double> idle = Canary();
   if (!idle.ok()) return idle.status();
+  absl::StatusOr<double> idle_link = link ? LinkCanary() : absl::StatusOr<double>(0.0);
+  if (!idle_link.ok()) return idle_link.status();
   KTUNE_RETURN_IF_ERROR(load_->Start());
   Loaded loaded(load_.get());
   absl::StatusOr<double> busy = Canary();
   if (!busy.ok()) return busy.status();
   out.set_canary_slowdown(*idle > 0 ? *busy / *idle : 0);
+  if (link) {
+    absl::StatusOr<double> busy_link = LinkCanary();
+    if (!busy_link.ok()) return busy_link.status();
+    out.set_link_canary_slowdown(*idle_link > 0 ? *busy_link / *idle_link : 0);
+  }
   return loaded;
 }
 
-absl::StatusOr<double> Worker::Canary() {
+absl::StatusOr<double> Worker::TimeMedian(const std::function<CUresult(CUstream)>& work,
+                                          const char* what) {
   CUstream s = stream_.get();
-  CUdeviceptr in = canary_memory_.get(), out = in + kCanaryBytes;
-  unsigned long long n = kCanaryBytes / 16;
-  void* args[] = {&in, &out, &n};
-  const unsigned blocks = static_cast<unsigned>(4 * multiprocessors_);
-  // One untimed launch, then the timed ones, each between its own events.
-  if (auto st = Check(api_.cuLaunchKernel(canary_, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr),
-                      "cuLaunchKernel(canary)");
-      !st.ok()) {
-    return st;
-  }
+  // One untimed run, then the timed ones, each between its own events.
+  if (auto st = Check(work(s), what); !st.ok()) return st;
   for (int i = 0; i < kCanaryRuns; ++i) {
     if (auto st = Check(api_.cuEventRecord(canary_events_[2 * i].get(), s), "cuEventRecord");
         !st.ok()) {
       return st;
     }
-    if (auto st = Check(api_.cuLaunchKernel(canary_, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr),
-                        "cuLaunchKernel(canary)");
-        !st.ok()) {
-      return st;
-    }
+    if (auto st = Check(work(s), what); !st.ok()) return st;
     if (auto st = Check(api_.cuEventRecord(canary_events_[2 * i + 1].get(), s), "cuEventRecord");
         !st.ok()) {
       return st;
@@ -1098,6 +1107,35 @@ absl::StatusOr<double> Worker::Canary() {
   }
   std::sort(times.begin(), times.end());
   return 0.5 * (times[(times.size() - 1) / 2] + times[times.size() / 2]);
+}
+
+absl::StatusOr<double> Worker::Canary() {
+  CUdeviceptr in = canary_memory_.get(), out = in + kCanaryBytes;
+  unsigned long long n = kCanaryBytes / 16;
+  void* args[] = {&in, &out, &n};
+  const auto blocks = static_cast<unsigned>(4 * multiprocessors_);
+  return TimeMedian(
+      [&](CUstream s) {
+        return api_.cuLaunchKernel(canary_, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr);
+      },
+      "cuLaunchKernel(canary)");
+}
+
+absl::StatusOr<double> Worker::LinkCanary() {
+  if (link_canary_host_.get() == nullptr) {
+    absl::StatusOr<cuda::PinnedMemory> m = cuda::PinnedMemory::Allocate(api_, kLinkCanaryBytes);
+    if (!m.ok()) return m.status();
+    link_canary_host_ = *std::move(m);
+    std::memset(link_canary_host_.get(), 0x3f, kLinkCanaryBytes);  // not all zeros
+  }
+  void* host = link_canary_host_.get();
+  const CUdeviceptr dev = canary_memory_.get() + kCanaryBytes;
+  return TimeMedian(
+      [&](CUstream s) {
+        const CUresult rc = api_.cuMemcpyHtoDAsync(dev, host, kLinkCanaryBytes, s);
+        return rc != CUDA_SUCCESS ? rc : api_.cuMemcpyDtoHAsync(host, dev, kLinkCanaryBytes, s);
+      },
+      "copying the link canary");
 }
 
 absl::Status Worker::EnsureStreams(int n) {

@@ -183,6 +183,7 @@ std::string ConditionsToJson(const Conditions& c) {
     if (v > 0 && std::isfinite(v)) j.Set(name, v);
   };
   positive("canary_slowdown", c.canary_slowdown);
+  positive("link_canary_slowdown", c.link_canary_slowdown);
   positive("load_throughput", c.load_throughput);
   if (!c.load_rates.empty()) {
     Json rates = Json::MakeObject();
@@ -234,6 +235,7 @@ Conditions ConditionsFromJson(const std::string& text) {
     if (LoadProfile::Kind_Parse(v->as_string(), &kind)) c.load = kind;
   }
   c.canary_slowdown = number("canary_slowdown");
+  c.link_canary_slowdown = number("link_canary_slowdown");
   c.load_throughput = number("load_throughput");
   if (const Json* v = j->Find("load_rates"); v != nullptr && v->is_object()) {
     for (const auto& [k, r] : v->as_object()) {
