@@ -496,6 +496,9 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
       const JobRecord j = *s->GetJob(id);
       EXPECT_GE(j.evaluations, 5);
       EXPECT_LT(j.evaluations, 60);
+      // Its process is gone: not running any more, and the store says so.
+      EXPECT_EQ(j.state, JobState::kInterrupted);
+      EXPECT_THAT(j.message, HasSubstr("ktuned resumes it when it starts again"));
       before.push_back(j.evaluations);
     }
   }
