@@ -50,10 +50,14 @@ TEST(ProcessTest, OtherHostsOtherBootsAndDamagedNames) {
   p.host = p.host + "-elsewhere";
   EXPECT_EQ(LivenessOf(p.Encode()), Liveness::kUnknown);
   p = *ThisProcess();
+  p.pid_namespace = "pid:[1]";  // a container's: its pids mean nothing here
+  EXPECT_EQ(LivenessOf(p.Encode()), Liveness::kUnknown);
+  p = *ThisProcess();
   p.boot_id = "00000000-0000-0000-0000-000000000000";
   EXPECT_EQ(LivenessOf(p.Encode()), Liveness::kGone);  // from before a reboot
-  for (const char* bad : {"", "|||", "h|b|1", "h|b|x|1", "h|b|0|1", "h|b|-3|1", "h|b|1|2|3",
-                          "h|b|99999999999|1", "|b|1|1", "h||1|1", "h|b|1|18446744073709551616"}) {
+  for (const char* bad : {"", "||||", "h|b|n|1", "h|b|n|x|1", "h|b|n|0|1", "h|b|n|-3|1",
+                          "h|b|n|1|2|3", "h|b|n|99999999999|1", "|b|n|1|1", "h||n|1|1", "h|b||1|1",
+                          "h|b|n|1|18446744073709551616", "h|b|1|1"}) {
     EXPECT_FALSE(ProcessName::Decode(bad).has_value()) << bad;
     EXPECT_EQ(LivenessOf(bad), Liveness::kUnknown) << bad;
   }

@@ -59,18 +59,20 @@ bool ParseUnsigned(const std::string& s, std::uint64_t* out) {
 }  // namespace
 
 std::string ProcessName::Encode() const {
-  return StrCat(host, "|", boot_id, "|", pid, "|", start_ticks);
+  return StrCat(host, "|", boot_id, "|", pid_namespace, "|", pid, "|", start_ticks);
 }
 
 std::optional<ProcessName> ProcessName::Decode(const std::string& text) {
   const std::vector<std::string> parts = StrSplit(text, '|');
-  if (parts.size() != 4 || parts[0].empty() || parts[1].empty()) return std::nullopt;
+  if (parts.size() != 5 || parts[0].empty() || parts[1].empty() || parts[2].empty()) {
+    return std::nullopt;
+  }
   std::uint64_t pid = 0, start = 0;
-  if (!ParseUnsigned(parts[2], &pid) || !ParseUnsigned(parts[3], &start) || pid == 0 ||
+  if (!ParseUnsigned(parts[3], &pid) || !ParseUnsigned(parts[4], &start) || pid == 0 ||
       pid > 0x7fffffff) {
     return std::nullopt;
   }
-  return ProcessName{parts[0], parts[1], static_cast<pid_t>(pid), start};
+  return ProcessName{parts[0], parts[1], parts[2], static_cast<pid_t>(pid), start};
 }
 
 std::string ProcessName::Describe() const { return StrCat("pid ", pid, " on ", host); }
@@ -78,10 +80,12 @@ std::string ProcessName::Describe() const { return StrCat("pid ", pid, " on ", h
 std::optional<ProcessName> ProcessOnThisHost(pid_t pid) {
   const std::string boot = FirstLine("/proc/sys/kernel/random/boot_id");
   const std::string host = HostName();
-  if (boot.empty() || host.empty()) return std::nullopt;
+  char ns[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (boot.empty() || host.empty() || n <= 0) return std::nullopt;
   const std::optional<std::uint64_t> start = StartTicks(pid);
   if (!start) return std::nullopt;
-  return ProcessName{host, boot, pid, *start};
+  return ProcessName{host, boot, std::string(ns, static_cast<std::size_t>(n)), pid, *start};
 }
 
 std::optional<ProcessName> ThisProcess() {
@@ -100,6 +104,9 @@ Liveness LivenessOf(const std::string& encoded) {
   const std::optional<ProcessName> self = ThisProcess();
   if (!named || !self || named->host != self->host) return Liveness::kUnknown;
   if (named->boot_id != self->boot_id) return Liveness::kGone;  // the host rebooted since
+  // Another pid namespace (a container sharing the host name): its pids
+  // cannot be looked up from here.
+  if (named->pid_namespace != self->pid_namespace) return Liveness::kUnknown;
   const std::optional<ProcessName> now = ProcessOnThisHost(named->pid);
   return now && now->start_ticks == named->start_ticks ? Liveness::kAlive : Liveness::kGone;
 }

@@ -12,16 +12,18 @@
 
 namespace ktune {
 
-// A process: its host, the host's boot, its pid and its start time (clock
-// ticks after boot, from /proc), so a later process given the same pid is
-// another one.
+// A process: its host, the host's boot, its pid namespace (a container's
+// pids mean nothing outside it), its pid and its start time (clock ticks
+// after boot, from /proc), so a later process given the same pid is another
+// one.
 struct ProcessName {
   std::string host;
   std::string boot_id;
+  std::string pid_namespace;  // "pid:[4026531836]"
   pid_t pid = 0;
   std::uint64_t start_ticks = 0;
 
-  // "HOST|BOOT|PID|START", the form kept in the store.
+  // "HOST|BOOT|PIDNS|PID|START", the form kept in the store.
   std::string Encode() const;
   // Null when `text` is not of that form (an old or damaged record).
   static std::optional<ProcessName> Decode(const std::string& text);
@@ -32,13 +34,14 @@ struct ProcessName {
 // This process; null where /proc cannot tell (not Linux).
 std::optional<ProcessName> ThisProcess();
 
-// The process `pid` of this host, as it is now; null when there is none.
+// The process `pid` of this host (in this process's pid namespace), as it
+// is now; null when there is none.
 std::optional<ProcessName> ProcessOnThisHost(pid_t pid);
 
 enum class Liveness {
   kAlive,    // the very process runs on this host
   kGone,     // it ran on this host, since this boot or before, and has ended
-  kUnknown,  // another host's, or nothing to go by
+  kUnknown,  // another host's or container's, or nothing to go by
 };
 
 // Whether the process named by `encoded` (ProcessName::Encode) still runs.
