@@ -158,15 +158,24 @@ std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>
 }
 
 void BayesianOptimization::Refit() {
-  // The objective model sees failures too, at the worst successful value: a
-  // gentle penalty that keeps it from believing failing regions unexplored,
-  // without the huge values that would flatten everything else.
+  // The time model learns from successes; failures are the success
+  // model's. With failures_in_objective it sees them too, at the worst
+  // successful value (never at huge values that would flatten the rest).
   double worst = -std::numeric_limits<double>::infinity();
   for (const Observation& o : observations_) {
     if (o.ok) worst = std::max(worst, o.y);
   }
+  // Failures also enter the time model when asked, or when most of what
+  // was measured failed: then failing is the space's main feature, and the
+  // success model alone (whose prior is the observed success rate) would
+  // draw the search back into it.
+  std::size_t n_ok = 0;
+  for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
+  const bool with_failures = options_.failures_in_objective || 2 * n_ok < observations_.size();
   std::vector<const Observation*> used;
-  for (const Observation& o : observations_) used.push_back(&o);
+  for (const Observation& o : observations_) {
+    if (o.ok || with_failures) used.push_back(&o);
+  }
   const auto n = static_cast<Eigen::Index>(used.size());
   const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
   Eigen::MatrixXd x(n, d);
@@ -208,9 +217,7 @@ void BayesianOptimization::Refit() {
   }
   gp_.Fit(x, ys, RefitIterations(static_cast<std::size_t>(n), fitted_on_));
 
-  std::size_t ok_count = 0;
-  for (const Observation& o : observations_) ok_count += o.ok ? 1 : 0;
-  any_failure_ = ok_count < observations_.size() + prior_failures_.size();
+  any_failure_ = n_ok < observations_.size() + prior_failures_.size();
   if (!any_failure_) return;
   const auto all = static_cast<Eigen::Index>(observations_.size() + prior_failures_.size());
   Eigen::MatrixXd xa(all, d);

@@ -49,6 +49,12 @@ struct BayesOptions {
   // Model the ranks of the times (through normal quantiles) rather than
   // their logs: robust when a few configurations are very slow.
   bool warp = false;
+  // Failed configurations enter the time model, at the worst time seen:
+  // always (true), or only while most of what was measured failed (false,
+  // the default). Otherwise the success model alone keeps the search away
+  // from where configurations fail, and the time model is not taught that
+  // a region is slow because part of it fails (see README for the scores).
+  bool failures_in_objective = false;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
   // Outcomes known from elsewhere (another device or problem): their
   // failures inform the success model from the start.

@@ -135,8 +135,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
   }
   if (name == "brute_force") return std::make_unique<BruteForce>(space);
   if (name == "bayes") {
-    absl::StatusOr<std::map<std::string, double>> o =
-        options_for({"initial", "candidates", "random_every", "acquisitions", "warp"});
+    absl::StatusOr<std::map<std::string, double>> o = options_for(
+        {"initial", "candidates", "random_every", "acquisitions", "warp", "failures_in_objective"});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);
@@ -144,6 +144,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("random_every")) bo.random_every = static_cast<int>((*o)["random_every"]);
     if (o->count("acquisitions")) bo.acquisitions = static_cast<int>((*o)["acquisitions"]);
     if (o->count("warp")) bo.warp = (*o)["warp"] != 0;
+    if (o->count("failures_in_objective")) {
+      bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
+    }
     bo.warm = WarmStart(space, options, kWarmCount);
     bo.prior = options.prior;
     return std::make_unique<BayesianOptimization>(space, options.seed, std::move(bo));
