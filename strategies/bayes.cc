@@ -158,17 +158,17 @@ std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>
 }
 
 void BayesianOptimization::Refit() {
-  // The time model learns from successes; failures are the success
-  // model's. With failures_in_objective it sees them too, at the worst
-  // successful value (never at huge values that would flatten the rest).
   double worst = -std::numeric_limits<double>::infinity();
   for (const Observation& o : observations_) {
     if (o.ok) worst = std::max(worst, o.y);
   }
-  // Failures also enter the time model when asked, or when most of what
-  // was measured failed: then failing is the space's main feature, and the
-  // success model alone (whose prior is the observed success rate) would
-  // draw the search back into it.
+  // The time model learns from successes; failures are the success
+  // model's. They also enter the time model, at the worst successful value
+  // (never at huge values that would flatten the rest), when asked
+  // (failures_in_objective) or while most of what was measured failed:
+  // then failing is the space's main feature, and the success model alone
+  // (whose prior is the observed success rate) would draw the search back
+  // into it.
   std::size_t n_ok = 0;
   for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
   const bool with_failures = options_.failures_in_objective || 2 * n_ok < observations_.size();

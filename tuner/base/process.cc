@@ -24,6 +24,17 @@ std::string HostName() {
   return buf;
 }
 
+bool ParseUnsigned(const std::string& s, std::uint64_t* out) {
+  if (s.empty() || s.size() > 19) return false;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
 // Field 22 of /proc/PID/stat. The command name (field 2) is in parentheses
 // and may hold spaces and parentheses itself: count from the last ')'.
 std::optional<std::uint64_t> StartTicks(pid_t pid) {
@@ -38,22 +49,8 @@ std::optional<std::uint64_t> StartTicks(pid_t pid) {
     if (!(rest >> field)) return std::nullopt;
   }
   std::uint64_t ticks = 0;
-  for (char c : field) {
-    if (c < '0' || c > '9') return std::nullopt;
-    ticks = ticks * 10 + static_cast<std::uint64_t>(c - '0');
-  }
+  if (!ParseUnsigned(field, &ticks)) return std::nullopt;
   return ticks;
-}
-
-bool ParseUnsigned(const std::string& s, std::uint64_t* out) {
-  if (s.empty() || s.size() > 19) return false;
-  std::uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  *out = v;
-  return true;
 }
 
 }  // namespace
@@ -107,8 +104,9 @@ Liveness LivenessOf(const std::string& encoded) {
   // Another pid namespace (a container sharing the host name): its pids
   // cannot be looked up from here.
   if (named->pid_namespace != self->pid_namespace) return Liveness::kUnknown;
-  const std::optional<ProcessName> now = ProcessOnThisHost(named->pid);
-  return now && now->start_ticks == named->start_ticks ? Liveness::kAlive : Liveness::kGone;
+  // Same host, boot and namespace: only the pid's start time is left to read.
+  const std::optional<std::uint64_t> start = StartTicks(named->pid);
+  return start == named->start_ticks ? Liveness::kAlive : Liveness::kGone;
 }
 
 }  // namespace ktune

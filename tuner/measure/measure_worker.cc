@@ -476,10 +476,10 @@ class Worker {
   // The link canary: a fixed pinned copy to the GPU and back, the median
   // time (ms) on the launch stream, as things stand.
   absl::StatusOr<double> LinkCanary();
-  // UNDER_LOAD (a no-op otherwise): times the canary on the idle GPU,
-  // starts the load, times the canary under it and records the slowdown in
-  // `out`. The load runs until `loaded` is finished (or destroyed: every
-  // way out of a measurement stops it).
+  // UNDER_LOAD (a no-op otherwise): times the canary (and, with host
+  // copies in the load, the link canary) on the idle GPU, starts the load,
+  // times them again under it and records the slowdowns in `out`. The load runs until `loaded` is
+  // finished (or destroyed: every way out of a measurement stops it).
   class Loaded;
   absl::StatusOr<Loaded> StartLoad(v1::WorkerMeasurement& out);
   // Side streams for concurrent instances and pipelines, at least n.

@@ -476,7 +476,7 @@ ON CONFLICT (id) DO NOTHING)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->set_state, R"sql(
 UPDATE jobs SET state = ?2, message = ?3, updated_at = ?4 WHERE id = ?1)sql"));
   KTUNE_RETURN_IF_ERROR(
-      prep(st->get_runner, "SELECT state, runner FROM jobs WHERE id = ?1 AND state = 'running'"));
+      prep(st->get_runner, "SELECT runner FROM jobs WHERE id = ?1 AND state = 'running'"));
   KTUNE_RETURN_IF_ERROR(prep(st->set_runner, "UPDATE jobs SET runner = ?2 WHERE id = ?1"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_measurement, R"sql(
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms,
@@ -623,7 +623,7 @@ absl::StatusOr<JobRecord> Store::RecordJob(const JobRecord& job, JobState state,
     sqlite::Statement& g = stmts_->get_runner;
     g.Bind(1, std::string_view(job.id));
     absl::StatusOr<bool> row = g.Step();
-    const std::string other = row.ok() && *row ? g.Text(1) : "";
+    const std::string other = row.ok() && *row ? g.Text(0) : "";
     g.Reset();
     if (!row.ok()) return row.status();
     if (RunByAnotherProcess(other)) {

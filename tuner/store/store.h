@@ -147,12 +147,12 @@ std::span<const Migration> SchemaMigrations();
 absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
                                         std::span<const Migration> migrations, int* version);
 
-// A connection to one database file. Move-only; not thread-safe (give each
-// thread its own Store; SQLite's locking and the busy timeout arbitrate).
 // Whether `runner` (JobRecord::runner) names a live process of this host
 // other than this one: that process's job is not ours to run or to end.
 bool RunByAnotherProcess(const std::string& runner);
 
+// A connection to one database file. Move-only; not thread-safe (give each
+// thread its own Store; SQLite's locking and the busy timeout arbitrate).
 class Store {
  public:
   // Opens the database at `path`, creating it if `create`, and migrates it
