@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "absl/status/status.h"
@@ -108,7 +109,7 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
   const ScoreBaseline baseline = BaselineOf(recording);
   std::unordered_map<Config, const RecordedEntry*, ConfigHash> outcome;
   for (const RecordedEntry& e : recording.entries()) outcome.emplace(e.config, &e);
-  const std::int64_t budget = baseline.long_budget();
+  const std::int64_t budget = options.short_only ? baseline.short_budget() : baseline.long_budget();
   const auto horizon = static_cast<std::size_t>(budget);
 
   StrategyScore score;
@@ -171,7 +172,13 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
     }
   }
   score.short_score = baseline.Score(mean, baseline.short_budget());
-  score.long_score = baseline.Score(mean, budget);
+  score.long_score =
+      options.short_only ? std::numeric_limits<double>::quiet_NaN() : baseline.Score(mean, budget);
+  if (options.short_only) {
+    for (std::size_t m = 0; m < std::size(kMarks); ++m) {
+      if (kMarks[m] > budget) fraction[m] = std::numeric_limits<double>::quiet_NaN();
+    }
+  }
   score.fraction_of_optimum = fraction;
   score.time_per_proposal =
       std::chrono::duration<double, std::milli>(proposals > 0 ? strategy_ms / proposals : 0);

@@ -68,7 +68,7 @@ struct StrategyScore {
   // (Ask and Tell together).
   std::chrono::duration<double, std::milli> time_per_proposal{0};
   int repeats = 0;
-  // Mean best-so-far curve over the long budget.
+  // Mean best-so-far curve over the budget run.
   std::vector<double> mean_curve;
 };
 
@@ -76,10 +76,15 @@ struct EvaluateOptions {
   int repeats = 30;
   int batch = 1;           // configurations asked at once
   std::uint64_t seed = 0;  // repeat r uses seed + r
+  // Runs stop at the short budget: the short score only (the same as a
+  // full run's), at a tenth of the cost; long_score is NaN and the
+  // fractions of the optimum past the short budget are NaN.
+  bool short_only = false;
 };
 
 // Runs `factory`'s strategy `options.repeats` times over the recording up
-// to the long budget (or the space's end) and scores it.
+// to the long budget (the short one with `short_only`, or the space's end)
+// and scores it.
 absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
                                                const std::string& name,
                                                const StrategyFactory& factory,

@@ -1,0 +1,164 @@
+#include "tuner/session/evaluate.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strategies/random_search.h"
+#include "tuner/base/strings.h"
+
+namespace ktune {
+namespace {
+
+// A recording of 30 x 12 configurations: time (a - 3)^2 + b + 1, except
+// that two configurations failed to compile. (Large enough that the long
+// budget does not reach the end of the space.)
+RecordedSpace SmallRecording() {
+  std::string cache;
+  std::string a_values, b_values;
+  for (int a = 1; a <= 30; ++a) a_values += StrCat(a == 1 ? "" : ", ", a);
+  for (int b = 1; b <= 12; ++b) b_values += StrCat(b == 1 ? "" : ", ", b);
+  for (int a = 1; a <= 30; ++a) {
+    for (int b = 1; b <= 12; ++b) {
+      const bool failed = (a == 30 && b >= 11);
+      if (!cache.empty()) cache += ",\n";
+      cache += StrCat(
+          "\"", a, ",", b, "\": {\"a\": ", a, ", \"b\": ", b, ", \"time\": ",
+          failed ? std::string("\"CompilationFailedConfig\"") : StrCat((a - 3) * (a - 3) + b + 1),
+          "}");
+    }
+  }
+  const std::string text =
+      StrCat(R"({"device_name": "Test GPU", "kernel_name": "k", "problem_size": [64],
+"tune_params_keys": ["a", "b"], "tune_params": {"a": [)",
+             a_values, R"(], "b": [)", b_values, R"(]}, "cache": {)", cache, "}}");
+  absl::StatusOr<RecordedSpace> rs = RecordedSpace::Parse("small.json", text);
+  EXPECT_TRUE(rs.ok()) << rs.status();
+  return *std::move(rs);
+}
+
+// Proposes the recording's configurations in a fixed order.
+class Scripted final : public Strategy {
+ public:
+  explicit Scripted(std::vector<Config> order) : order_(std::move(order)) {}
+  std::vector<Config> Ask(std::size_t n) override {
+    std::vector<Config> out;
+    while (out.size() < n && next_ < order_.size()) out.push_back(order_[next_++]);
+    return out;
+  }
+  void Tell(const Config&, const Outcome&) override {}
+
+ private:
+  std::vector<Config> order_;
+  std::size_t next_ = 0;
+};
+
+// The configurations sorted by recorded time, fastest first (failures last).
+std::vector<Config> FastestFirst(const RecordedSpace& rs) {
+  std::vector<const RecordedEntry*> entries;
+  for (const RecordedEntry& e : rs.entries()) entries.push_back(&e);
+  auto time = [](const RecordedEntry* e) {
+    return e->measurement.ok() ? e->measurement.time.count() : 1e300;
+  };
+  std::stable_sort(
+      entries.begin(), entries.end(),
+      [&](const RecordedEntry* x, const RecordedEntry* y) { return time(x) < time(y); });
+  std::vector<Config> out;
+  for (const RecordedEntry* e : entries) out.push_back(e->config);
+  return out;
+}
+
+TEST(ScoreBaselineTest, BudgetsFollowTheDefinition) {
+  // 358 valid of 360: k = ceil(0.04 * 358) = 15, B = ceil(361 / 16) = 23.
+  const ScoreBaseline baseline = BaselineOf(SmallRecording());
+  EXPECT_EQ(baseline.short_budget(), 23);
+  EXPECT_EQ(baseline.long_budget(), 230);
+  EXPECT_DOUBLE_EQ(baseline.optimum(), 2.0);
+  EXPECT_DOUBLE_EQ(baseline.worst(), 27 * 27 + 10 + 1);
+}
+
+TEST(ScoreBaselineTest, RandomBestIsTheExactExpectationOverAllDraws) {
+  // Times 1..5 and two failures: every subset of size b, counted out.
+  const std::vector<double> valid = {4, 1, 5, 2, 3};
+  const int total = 7;
+  const ScoreBaseline baseline(valid, total);
+  for (int b = 1; b <= total; ++b) {
+    double sum = 0;
+    int subsets = 0;
+    for (unsigned mask = 0; mask < (1u << total); ++mask) {
+      if (__builtin_popcount(mask) != b) continue;
+      double best = 5;  // no valid one drawn: the worst valid time
+      for (int i = 0; i < 5; ++i) {
+        if (mask & (1u << i)) best = std::min(best, valid[static_cast<std::size_t>(i)]);
+      }
+      sum += best;
+      ++subsets;
+    }
+    EXPECT_NEAR(baseline.RandomBest(b), sum / subsets, 1e-9) << "b = " << b;
+  }
+  EXPECT_DOUBLE_EQ(baseline.RandomBest(100), 1.0);
+}
+
+TEST(EvaluateTest, RandomSearchScoresAboutZeroAndTheOracleOne) {
+  const RecordedSpace rs = SmallRecording();
+  EvaluateOptions options;
+  options.repeats = 3000;
+  absl::StatusOr<StrategyScore> random = EvaluateStrategy(
+      rs, "random",
+      [](const Space& space, std::uint64_t seed) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+        return std::make_unique<RandomSearch>(space, seed);
+      },
+      options);
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_NEAR(random->short_score, 0.0, 0.05);
+  EXPECT_NEAR(random->long_score, 0.0, 0.05);
+
+  options.repeats = 1;
+  auto scripted = [&](std::vector<Config> order) {
+    return EvaluateStrategy(
+        rs, "scripted",
+        [order](const Space&, std::uint64_t) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+          return std::make_unique<Scripted>(order);
+        },
+        options);
+  };
+  std::vector<Config> order = FastestFirst(rs);
+  absl::StatusOr<StrategyScore> oracle = scripted(order);
+  ASSERT_TRUE(oracle.ok()) << oracle.status();
+  EXPECT_DOUBLE_EQ(oracle->short_score, 1.0);
+  EXPECT_DOUBLE_EQ(oracle->long_score, 1.0);
+  std::reverse(order.begin(), order.end());
+  absl::StatusOr<StrategyScore> worst = scripted(order);
+  ASSERT_TRUE(worst.ok()) << worst.status();
+  EXPECT_LT(worst->short_score, -1.0);
+}
+
+TEST(EvaluateTest, ShortOnlyGivesTheFullRunsShortScore) {
+  const RecordedSpace rs = SmallRecording();
+  StrategyFactory factory = [](const Space& space,
+                               std::uint64_t seed) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::make_unique<RandomSearch>(space, seed);
+  };
+  EvaluateOptions options;
+  options.repeats = 20;
+  options.seed = 5;
+  absl::StatusOr<StrategyScore> full = EvaluateStrategy(rs, "random", factory, options);
+  options.short_only = true;
+  absl::StatusOr<StrategyScore> short_only = EvaluateStrategy(rs, "random", factory, options);
+  ASSERT_TRUE(full.ok() && short_only.ok());
+  EXPECT_DOUBLE_EQ(short_only->short_score, full->short_score);
+  EXPECT_TRUE(std::isnan(short_only->long_score));
+  EXPECT_FALSE(std::isnan(full->long_score));
+  EXPECT_EQ(short_only->mean_curve.size(), 23u);
+  // Marks past the short budget are not reached: 20 is, 50 is not.
+  EXPECT_FALSE(std::isnan(short_only->fraction_of_optimum[0]));
+  EXPECT_DOUBLE_EQ(short_only->fraction_of_optimum[0], full->fraction_of_optimum[0]);
+  EXPECT_TRUE(std::isnan(short_only->fraction_of_optimum[1]));
+}
+
+}  // namespace
+}  // namespace ktune
