@@ -132,13 +132,17 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
 }
 
 std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
-  if (batch.empty()) return RandomUnseen();
-  // How many of a configuration's values no member of the batch has yet.
+  if (batch.empty() && observed_configs_.empty()) return RandomUnseen();
+  // How many of a configuration's values neither the batch nor anything
+  // measured has yet.
+  auto lacks = [&](const std::vector<Config>& group, const Config& c, std::size_t p) {
+    return std::none_of(group.begin(), group.end(),
+                        [&](const Config& b) { return b.index[p] == c.index[p]; });
+  };
   auto fresh = [&](const Config& c) {
     int count = 0;
     for (std::size_t p = 0; p < c.index.size(); ++p) {
-      count += std::none_of(batch.begin(), batch.end(),
-                            [&](const Config& b) { return b.index[p] == c.index[p]; });
+      count += lacks(batch, c, p) && lacks(observed_configs_, c, p);
     }
     return count;
   };

@@ -29,6 +29,7 @@ std::int64_t At(const Space& s, const Config& c, std::size_t i) {
 }
 
 using LossFn = std::function<Outcome(const Space&, const Config&)>;
+using Settings = std::map<std::string, std::string>;
 
 struct RunResult {
   std::vector<std::string> keys;  // in proposal order
@@ -295,12 +296,14 @@ TEST(StrategiesTest, BayesSearchesSpacesTooLargeToList) {
 TEST(StrategiesTest, BayesSpreadsABatchOfInitialPicksOverEachParametersValues) {
   // A first batch of 8 is measured without feedback: its picks should show
   // each parameter many of its 8 values. Uniform draws show about 5.3 of
-  // 8 per parameter on average.
+  // 8 per parameter on average. Asked one at a time (8 initial picks), the
+  // same: each spreads against what was measured before it.
   const Space space =
       *Space::Product({Range("a", 0, 7), Range("b", 0, 7), Range("c", 0, 7), Range("d", 0, 7)}, {});
   auto flat = [](const Space&, const Config&) { return Ok(1.0); };
-  auto distinct = [&](const std::string& name, std::uint64_t seed) {
-    const RunResult r = Drive(name, space, flat, 8, 8, seed);
+  auto distinct = [&](const std::string& name, std::uint64_t seed, std::size_t batch) {
+    const RunResult r = Drive(name, space, flat, 8, batch, seed,
+                              name == "bayes" ? Settings{{"initial", "8"}} : Settings{});
     std::vector<std::set<std::string>> values(4);
     for (const std::string& key : r.keys) {
       std::vector<std::string> parts = StrSplit(key, ',');
@@ -310,15 +313,17 @@ TEST(StrategiesTest, BayesSpreadsABatchOfInitialPicksOverEachParametersValues) {
     for (const auto& v : values) total += static_cast<int>(v.size());
     return total;
   };
-  int bayes = 0, random = 0;
-  for (std::uint64_t seed = 0; seed < 20; ++seed) {
-    bayes += distinct("bayes", seed);
-    random += distinct("random", seed);
+  for (std::size_t batch : {8u, 1u}) {
+    int bayes = 0, random = 0;
+    for (std::uint64_t seed = 0; seed < 20; ++seed) {
+      bayes += distinct("bayes", seed, batch);
+      random += distinct("random", seed, batch);
+    }
+    // Per parameter and batch: at least 6.5 values on average, and clearly
+    // more than uniform draws.
+    EXPECT_GE(bayes, 20 * 4 * 13 / 2) << "batch " << batch;
+    EXPECT_GT(bayes, random + 20 * 4) << "batch " << batch;
   }
-  // Per parameter and batch: at least 6.5 values on average, and clearly
-  // more than uniform draws.
-  EXPECT_GE(bayes, 20 * 4 * 13 / 2);
-  EXPECT_GT(bayes, random + 20 * 4);
 }
 
 TEST(EncoderTest, LogScalesPowersAndOneHotsCategories) {
