@@ -195,6 +195,48 @@ TEST_F(CliTest, SeededRandomRunsAreReproducible) {
   EXPECT_NE(a.second, c.second);
 }
 
+TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
+  const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  const std::vector<std::string> args = {"evaluate",     "--device",  cache, "--strategy",
+                                         "random,local", "--repeats", "3",   "--json"};
+  const Json full = RunJson(args);
+  std::vector<std::string> short_args = args;
+  short_args.push_back("--short-only");
+  const Json brief = RunJson(short_args);
+  const Json& space = full.Find("spaces")->as_array().at(0);
+  const Json& brief_space = brief.Find("spaces")->as_array().at(0);
+  EXPECT_EQ(space.Find("long_budget")->as_int(), 10 * space.Find("short_budget")->as_int());
+  const Json::Array& results = space.Find("results")->as_array();
+  const Json::Array& brief_results = brief_space.Find("results")->as_array();
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_EQ(brief_results.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(results[i].Find("strategy")->as_string(), i == 0 ? "random" : "local");
+    EXPECT_TRUE(results[i].Find("long_score")->is_number());
+    EXPECT_TRUE(brief_results[i].Find("long_score")->is_null());
+    // The same seeds, so the same short score.
+    EXPECT_EQ(brief_results[i].Find("short_score")->as_double(),
+              results[i].Find("short_score")->as_double());
+  }
+  std::vector<std::string> text_args = short_args;
+  text_args.pop_back();  // --short-only
+  text_args.pop_back();  // --json
+  text_args.push_back("--short-only");
+  const RunResult text = Run(text_args);
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("short budget only"));
+
+  const RunResult unknown = Run({"evaluate", "--device", cache, "--strategy", "nope"});
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown strategy 'nope'"));
+  const RunResult gpu = Run({"evaluate", "--device", "cuda:0"});
+  EXPECT_EQ(gpu.code, 2);
+  EXPECT_THAT(gpu.err, HasSubstr("give sim:FILE"));
+  const RunResult repeats = Run({"evaluate", "--device", cache, "--repeats", "0"});
+  EXPECT_EQ(repeats.code, 2);
+  EXPECT_THAT(repeats.err, HasSubstr("--repeats"));
+}
+
 TEST_F(CliTest, AWarmStartTriesTheBestKnownConfigurationFirst) {
   const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
   RunJson(
