@@ -244,8 +244,8 @@ void BayesianOptimization::Refit() {
 
 Eigen::VectorXd BayesianOptimization::Feasibility(const Eigen::MatrixXd& xc) const {
   if (!any_failure_) return Eigen::VectorXd::Ones(xc.rows());
-  Eigen::VectorXd mean, var;
-  feasibility_.Predict(xc, &mean, &var);
+  Eigen::VectorXd mean;
+  feasibility_.Predict(xc, &mean, nullptr);  // its mean is all that is used
   // The label's posterior mean mapped to [0, 1]: near 1 among successes,
   // near 0 among failures, a half where nothing is known.
   return ((mean.array() + label_mean_ + 1.0) * 0.5).cwiseMax(1e-3).cwiseMin(1.0).matrix();
@@ -354,8 +354,8 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
             pending_nominees_[i].second[static_cast<std::size_t>(j)];
       }
     }
-    Eigen::VectorXd mu, var;
-    gp_.Predict(xn, &mu, &var);
+    Eigen::VectorXd mu;
+    gp_.Predict(xn, &mu, nullptr);
     for (std::size_t i = 0; i < pending_nominees_.size() && i < 3; ++i) {
       gains_[i] -= mu(static_cast<Eigen::Index>(i));
     }

@@ -179,6 +179,7 @@ void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
                               Eigen::VectorXd* variance) const {
   const Eigen::MatrixXd ks = Kernel(x_, xs);  // n x m
   *mean = ks.transpose() * alpha_;
+  if (variance == nullptr) return;
   const Eigen::MatrixXd v = chol_.triangularView<Eigen::Lower>().solve(ks);
   *variance = (signal_ - v.colwise().squaredNorm().transpose().array()).cwiseMax(1e-12).matrix();
 }

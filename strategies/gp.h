@@ -19,7 +19,8 @@ class GaussianProcess {
   // steps, starting from the current ones. REQUIRES: n >= 1.
   void Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y, int iterations);
 
-  // Posterior mean and variance at the rows of `xs` (m x dims).
+  // Posterior mean and variance at the rows of `xs` (m x dims). Without
+  // `variance` (nullptr) only the mean: O(n m) rather than O(n^2 m).
   void Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean, Eigen::VectorXd* variance) const;
 
   // Adds one observation without refitting the hyperparameters (a rank-one

@@ -236,6 +236,10 @@ TEST(GaussianProcessTest, InterpolatesAndIsUncertainFarAway) {
   EXPECT_NEAR(mean(0), std::sin(1.8), 0.05);
   EXPECT_LT(var(0), 0.01);
   EXPECT_GT(var(1), 0.5 * gp.signal_variance());
+  // The mean alone is the same mean.
+  Eigen::VectorXd mean_only;
+  gp.Predict(q, &mean_only, nullptr);
+  EXPECT_EQ(mean_only, mean);
   // A fantasy observation pins the prediction there.
   Eigen::VectorXd at(1);
   at << 3.0;
