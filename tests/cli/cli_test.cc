@@ -218,11 +218,8 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
     EXPECT_EQ(brief_results[i].Find("short_score")->as_double(),
               results[i].Find("short_score")->as_double());
   }
-  std::vector<std::string> text_args = short_args;
-  text_args.pop_back();  // --short-only
-  text_args.pop_back();  // --json
-  text_args.push_back("--short-only");
-  const RunResult text = Run(text_args);
+  const RunResult text = Run(
+      {"evaluate", "--device", cache, "--strategy", "random", "--repeats", "3", "--short-only"});
   EXPECT_EQ(text.code, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr("short budget only"));
 

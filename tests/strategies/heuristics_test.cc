@@ -40,8 +40,7 @@ struct RunResult {
 // Drives `strategy` for up to `budget` evaluations, asking `batch` at a time,
 // checking the ask/tell contract as it goes.
 RunResult Drive(const std::string& name, const Space& space, const LossFn& loss, int budget,
-                std::size_t batch, std::uint64_t seed,
-                const std::map<std::string, std::string>& settings = {}) {
+                std::size_t batch, std::uint64_t seed, const Settings& settings = {}) {
   StrategyOptions o;
   o.seed = seed;
   o.max_evaluations = budget;

@@ -478,8 +478,9 @@ class Worker {
   absl::StatusOr<double> LinkCanary();
   // UNDER_LOAD (a no-op otherwise): times the canary (and, with host
   // copies in the load, the link canary) on the idle GPU, starts the load,
-  // times them again under it and records the slowdowns in `out`. The load runs until `loaded` is
-  // finished (or destroyed: every way out of a measurement stops it).
+  // times them again under it and records the slowdowns in `out`. The load
+  // runs until `loaded` is finished (or destroyed: every way out of a
+  // measurement stops it).
   class Loaded;
   absl::StatusOr<Loaded> StartLoad(v1::WorkerMeasurement& out);
   // Side streams for concurrent instances and pipelines, at least n.
