@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -282,6 +283,10 @@ struct BadSpace {
 TEST(SpaceTest, BadDefinitionsNameTheProblem) {
   Parameter mixed = Ints("m", {1});
   mixed.values.emplace_back(2.0);
+  Parameter not_finite;
+  not_finite.name = "f";
+  not_finite.type = ValueType::kFloat;
+  not_finite.values = {Value(1.5), Value(std::numeric_limits<double>::infinity())};
   const BadSpace cases[] = {
       {{}, {}, "at least one parameter"},
       {{Ints("a", {})}, {}, "parameters[0] (a): empty value list"},
@@ -290,6 +295,7 @@ TEST(SpaceTest, BadDefinitionsNameTheProblem) {
       {{Ints("block size", {1})}, {}, "parameters[0].name: 'block size' is not a valid name"},
       {{mixed}, {}, "parameters[0] (m): value 1 is a float in a list of int"},
       {{Strings("s", {"a,b"})}, {}, "contains a comma"},
+      {{not_finite}, {}, "parameters[0] (f): value 1 (inf) is not finite"},
       {{Ints("a", {1})}, {"a > 0", "b > 0"}, "constraints[1]: unknown name 'b' at column 1"},
       {{Ints("a", {1})}, {"a >"}, "constraints[0]: unexpected end of expression"},
       {{Strings("s", {"x"})}, {"s"}, "constraints[0]: expected a bool expression, got a string"},

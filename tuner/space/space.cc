@@ -325,7 +325,7 @@ absl::Status CheckParameters(const std::vector<Parameter>& params) {
       }
       if (p.type == ValueType::kFloat && !std::isfinite(std::get<double>(v))) {
         return absl::InvalidArgumentError(
-            StrCat(where, " (", p.name, "): value ", j, " is not finite"));
+            StrCat(where, " (", p.name, "): value ", j, " (", text, ") is not finite"));
       }
       if (!seen.insert(text).second) {
         return absl::InvalidArgumentError(StrCat(where, " (", p.name, "): duplicate value ", text));
