@@ -18,6 +18,12 @@ std::vector<std::string> StrategyNames() {
   return {"annealing", "auto", "bayes", "brute_force", "genetic", "local", "random"};
 }
 
+std::string StrategyErrorField(std::string_view name) {
+  const std::vector<std::string> names = StrategyNames();
+  return std::find(names.begin(), names.end(), name) != names.end() ? "strategy.options"
+                                                                    : "strategy.name";
+}
+
 namespace {
 
 // The best few configurations known from elsewhere, best first.
@@ -48,6 +54,31 @@ absl::Status ReadNumber(const std::string& strategy, const std::string& key,
 }
 
 constexpr std::size_t kWarmCount = 3;
+
+// An option a strategy takes: its name and the values it accepts.
+struct OptionSpec {
+  const char* key;
+  double lo;
+  double hi;
+  bool integer;
+};
+
+// Checks a value read by ReadNumber against its option's range.
+absl::Status CheckRange(std::string_view strategy, const OptionSpec& spec, const std::string& value,
+                        double v) {
+  if (v < spec.lo || v > spec.hi || (spec.integer && v != std::floor(v))) {
+    // Whole bounds print as integers (100000, not 1e+05).
+    auto bound = [](double b) {
+      return b == std::floor(b) && std::abs(b) < 1e15 ? StrCat(static_cast<std::int64_t>(b))
+                                                      : StrCat(b);
+    };
+    return absl::InvalidArgumentError(StrCat("strategy ", strategy, ": option ", spec.key,
+                                             " must be ", spec.integer ? "an integer" : "a number",
+                                             " from ", bound(spec.lo), " to ", bound(spec.hi),
+                                             ", not '", value, "'"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -84,23 +115,30 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
   }
   // Options: each strategy takes its own numbers.
   auto options_for =
-      [&](const std::vector<std::string>& known) -> absl::StatusOr<std::map<std::string, double>> {
+      [&](const std::vector<OptionSpec>& known) -> absl::StatusOr<std::map<std::string, double>> {
     std::map<std::string, double> out;
     for (const auto& [key, value] : options.settings) {
-      if (std::find(known.begin(), known.end(), key) == known.end()) {
+      auto spec = std::find_if(known.begin(), known.end(),
+                               [&key = key](const OptionSpec& o) { return key == o.key; });
+      if (spec == known.end()) {
+        std::vector<std::string> names;
+        for (const OptionSpec& o : known) names.emplace_back(o.key);
         return absl::InvalidArgumentError(
             StrCat("strategy ", name, ": unknown option '", key,
-                   "' (known: ", known.empty() ? "none" : StrJoin(known, ", "), ")"));
+                   "' (known: ", names.empty() ? "none" : StrJoin(names, ", "), ")"));
       }
       double v = 0;
       if (absl::Status s = ReadNumber(std::string(name), key, value, &v); !s.ok()) return s;
+      if (absl::Status s = CheckRange(name, *spec, value, v); !s.ok()) return s;
       out[key] = v;
     }
     return out;
   };
   if (name == "genetic") {
-    absl::StatusOr<std::map<std::string, double>> o =
-        options_for({"population", "mutation", "elite", "tournament"});
+    absl::StatusOr<std::map<std::string, double>> o = options_for({{"population", 2, 100000, true},
+                                                                   {"mutation", 0, 1, false},
+                                                                   {"elite", 0, 100000, true},
+                                                                   {"tournament", 1, 1000, true}});
     if (!o.ok()) return o.status();
     GeneticOptions go;
     if (o->count("population")) go.population = static_cast<int>((*o)["population"]);
@@ -112,7 +150,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
   }
   if (name == "annealing") {
     absl::StatusOr<std::map<std::string, double>> o =
-        options_for({"temperature", "cooling", "patience"});
+        options_for({{"temperature", 1e-6, 1e6, false},
+                     {"cooling", 1e-3, 1, false},
+                     {"patience", 1, 1e7, true}});
     if (!o.ok()) return o.status();
     SimulatedAnnealing::Options ao;
     if (o->count("temperature")) ao.initial_temperature = (*o)["temperature"];
@@ -122,7 +162,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     return std::make_unique<SimulatedAnnealing>(space, options.seed, std::move(ao));
   }
   if (name == "local") {
-    absl::StatusOr<std::map<std::string, double>> o = options_for({"perturbation"});
+    absl::StatusOr<std::map<std::string, double>> o =
+        options_for({{"perturbation", 1, 1000, true}});
     if (!o.ok()) return o.status();
     LocalSearch::Options lo;
     if (o->count("perturbation")) lo.perturbation = static_cast<int>((*o)["perturbation"]);
@@ -135,8 +176,13 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
   }
   if (name == "brute_force") return std::make_unique<BruteForce>(space);
   if (name == "bayes") {
-    absl::StatusOr<std::map<std::string, double>> o = options_for(
-        {"initial", "candidates", "random_every", "acquisitions", "warp", "failures_in_objective"});
+    absl::StatusOr<std::map<std::string, double>> o =
+        options_for({{"initial", 1, 100000, true},
+                     {"candidates", 1, 1e6, true},
+                     {"random_every", 0, 1e6, true},
+                     {"acquisitions", 1, 7, true},
+                     {"warp", 0, 1, true},
+                     {"failures_in_objective", 0, 1, true}});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);

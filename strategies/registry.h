@@ -32,6 +32,10 @@ struct StrategyOptions {
 // The registered names, sorted.
 std::vector<std::string> StrategyNames();
 
+// The field of a job spec that MakeStrategy's error for `name` is about:
+// "strategy.options" for a registered name, else "strategy.name".
+std::string StrategyErrorField(std::string_view name);
+
 // A strategy over `space` (which must outlive it). INVALID_ARGUMENT for an
 // unknown name (the message lists the known ones) or a bad setting.
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, const Space& space,

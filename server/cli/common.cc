@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "server/common/header.h"
 #include "tuner/base/file.h"
@@ -17,9 +18,32 @@ std::string DirOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+absl::StatusOr<StrategyFlag> ParseStrategyFlag(const std::string& text) {
+  const std::vector<std::string> parts = StrSplit(text, ':');
+  StrategyFlag out;
+  out.name = parts[0];
+  if (out.name.empty()) {
+    return absl::InvalidArgumentError(StrCat("--strategy: '", text, "' names no strategy"));
+  }
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::size_t eq = parts[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          StrCat("--strategy: '", text, "': option '", parts[i], "' is not key=value"));
+    }
+    out.options[parts[i].substr(0, eq)] = parts[i].substr(eq + 1);
+  }
+  return out;
+}
+
 std::optional<Failure> ApplyTuneFlags(const Args& args, v1::JobSpec& spec) {
   v1::StrategySpec& strategy = *spec.mutable_strategy();
-  if (auto s = args.Get("strategy")) strategy.set_name(*s);
+  if (auto s = args.Get("strategy")) {
+    absl::StatusOr<StrategyFlag> flag = ParseStrategyFlag(*s);
+    if (!flag.ok()) return InvalidInput(flag.status());
+    strategy.set_name(flag->name);
+    for (const auto& [key, value] : flag->options) (*strategy.mutable_options())[key] = value;
+  }
   absl::StatusOr<std::optional<std::int64_t>> max_evals = args.GetInt("max-evals", 0, INT64_MAX);
   if (!max_evals.ok()) return InvalidInput(max_evals.status());
   if (*max_evals) strategy.set_max_evaluations(**max_evals);

@@ -4,6 +4,7 @@
 #ifndef KTUNE_SERVER_CLI_COMMON_H_
 #define KTUNE_SERVER_CLI_COMMON_H_
 
+#include <map>
 #include <optional>
 #include <string>
 
@@ -36,8 +37,16 @@ inline Failure Error(const absl::Status& s) {
 // The folder of a path ("." for a bare name).
 std::string DirOf(const std::string& path);
 
-// --strategy, --max-evals, --max-seconds, --seed, --batch, --no-warm-start
-// into the spec.
+// The form of --strategy: "name" or "name:key=value:key=value", the
+// options being the strategy's settings (`strategy.options` of a spec).
+struct StrategyFlag {
+  std::string name;
+  std::map<std::string, std::string> options;
+};
+absl::StatusOr<StrategyFlag> ParseStrategyFlag(const std::string& text);
+
+// --strategy (its options override the spec's), --max-evals, --max-seconds,
+// --seed, --batch, --no-warm-start into the spec.
 std::optional<Failure> ApplyTuneFlags(const Args& args, v1::JobSpec& spec);
 
 // --emit-header FILE (with --header-style) and --emit-json FILE.

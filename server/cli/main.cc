@@ -96,7 +96,8 @@ const CommandSpec kTuneCommand{
           "(0,1) or all, spread the job over them"},
          kDbFlag,
          {"strategy", "NAME",
-          "search strategy: auto (default), bayes, genetic, local, annealing, random, brute_force"},
+          "search strategy: auto (default), bayes, genetic, local, annealing, random, "
+          "brute_force; settings as NAME:key=value:..."},
          {"max-evals", "N", "stop after N evaluations"},
          {"batch", "N", "configurations asked of the strategy at once (default 1)"},
          {"no-warm-start", "", "ignore what the store knows about this kernel from other jobs"},
@@ -342,8 +343,9 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   absl::StatusOr<BuiltStrategy> strat = BuildStrategy(*job, nullptr, "");
   if (!strat.ok()) {
     return Failure{kExitInvalidInput,
-                   StrCat(args.Has("strategy") ? "--strategy: " : "strategy.name: ",
-                          strat.status().message())};
+                   StrCat(args.Has("strategy") ? std::string("--strategy")
+                                               : StrategyErrorField(job->spec.strategy().name()),
+                          ": ", strat.status().message())};
   }
   std::string resolved = strat->resolved;
 
@@ -521,21 +523,15 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   std::vector<std::string> strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
   const std::vector<std::string> known = StrategyNames();
   // A strategy may carry options: name:key=value:key=value.
-  auto base_name = [](const std::string& s) { return s.substr(0, s.find(':')); };
-  auto settings_of = [](const std::string& s) {
-    std::map<std::string, std::string> out;
-    const std::vector<std::string> parts = StrSplit(s, ':');
-    for (std::size_t i = 1; i < parts.size(); ++i) {
-      const std::size_t eq = parts[i].find('=');
-      out[parts[i].substr(0, eq)] = eq == std::string::npos ? "" : parts[i].substr(eq + 1);
-    }
-    return out;
-  };
+  std::map<std::string, StrategyFlag> parsed;
   for (const std::string& s : strategies) {
-    if (std::find(known.begin(), known.end(), base_name(s)) == known.end()) {
-      return Failure{kExitInvalidInput, StrCat("--strategy: unknown strategy '", s,
+    absl::StatusOr<StrategyFlag> flag = ParseStrategyFlag(s);
+    if (!flag.ok()) return InvalidInput(flag.status());
+    if (std::find(known.begin(), known.end(), flag->name) == known.end()) {
+      return Failure{kExitInvalidInput, StrCat("--strategy: unknown strategy '", flag->name,
                                                "'; known: ", StrJoin(known, ", "))};
     }
+    parsed[s] = *std::move(flag);
   }
   absl::StatusOr<std::optional<std::int64_t>> repeats = args.GetInt("repeats", 1, 100000);
   if (!repeats.ok()) return InvalidInput(repeats.status());
@@ -602,8 +598,8 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         so.prior = prior;
         so.seed = s;
         so.max_evaluations = baseline.long_budget();
-        so.settings = settings_of(name);
-        return MakeStrategy(base_name(name), sp, so);
+        so.settings = parsed.at(name).options;
+        return MakeStrategy(parsed.at(name).name, sp, so);
       };
       absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, options);
       if (!sc.ok()) return Error(sc.status());

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "server/common/convert.h"
+#include "strategies/registry.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/device/device_group.h"
@@ -364,7 +365,8 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   // The strategy's name and options are checked now; it is built (with its
   // warm start) when the job runs.
   if (absl::StatusOr<BuiltStrategy> s = BuildStrategy(e->job, nullptr, ""); !s.ok()) {
-    return absl::InvalidArgumentError(StrCat("strategy.name: ", s.status().message()));
+    return absl::InvalidArgumentError(
+        StrCat(StrategyErrorField(e->job.spec.strategy().name()), ": ", s.status().message()));
   }
   // A recording that cannot replay this job (other parameters, a pipeline)
   // is refused now rather than queued to fail; binding a replay is cheap,

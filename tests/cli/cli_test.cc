@@ -226,12 +226,33 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
   const RunResult unknown = Run({"evaluate", "--device", cache, "--strategy", "nope"});
   EXPECT_EQ(unknown.code, 2);
   EXPECT_THAT(unknown.err, HasSubstr("unknown strategy 'nope'"));
+  const RunResult setting = Run({"evaluate", "--device", cache, "--strategy", "random:=3"});
+  EXPECT_EQ(setting.code, 2);
+  EXPECT_THAT(setting.err, HasSubstr("--strategy: 'random:=3': option '=3' is not key=value"));
   const RunResult gpu = Run({"evaluate", "--device", "cuda:0"});
   EXPECT_EQ(gpu.code, 2);
   EXPECT_THAT(gpu.err, HasSubstr("give sim:FILE"));
   const RunResult repeats = Run({"evaluate", "--device", cache, "--repeats", "0"});
   EXPECT_EQ(repeats.code, 2);
   EXPECT_THAT(repeats.err, HasSubstr("--repeats"));
+}
+
+TEST_F(CliTest, StrategySettingsOnTheCommandLineShapeTheJob) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  auto tune = [&](const std::string& strategy) {
+    return RunJson({"tune", "--local", "--device", cache, "--strategy", strategy, "--max-evals",
+                    "6", "--db", Db(), "--json"});
+  };
+  const Json plain = tune("bayes");
+  const Json set = tune("bayes:initial=6:candidates=50");
+  EXPECT_EQ(set.Find("strategy")->as_string(), "bayes");
+  EXPECT_EQ(set.Find("evaluations")->as_int(), 6);
+  // The settings are part of the spec, so of the job's identity.
+  EXPECT_NE(set.Find("job_id")->as_string(), plain.Find("job_id")->as_string());
+  // The same settings in another order: the same job, resumed (nothing
+  // measured again).
+  EXPECT_EQ(tune("bayes:candidates=50:initial=6").Find("job_id")->as_string(),
+            set.Find("job_id")->as_string());
 }
 
 TEST_F(CliTest, AWarmStartTriesTheBestKnownConfigurationFirst) {
@@ -487,6 +508,10 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "--max-seconds", "soon"}, "--max-seconds: 'soon'"},
       {{"tune", "--local", "--device", cache, "--strategy", "genius"},
        "--strategy: unknown strategy 'genius'"},
+      {{"tune", "--local", "--device", cache, "--strategy", "bayes:initial"},
+       "--strategy: 'bayes:initial': option 'initial' is not key=value"},
+      {{"tune", "--local", "--device", cache, "--strategy", "bayes:nope=1"},
+       "unknown option 'nope'"},
       {{"tune", "--local", "--device", cache, "--frobnicate"}, "unknown flag --frobnicate"},
       {{"tune", "--local", "--device", cache, "--seed"}, "--seed needs a value"},
       {{"tune", "--local"}, "no device"},

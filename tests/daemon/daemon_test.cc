@@ -564,6 +564,12 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
   EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(e.second, HasSubstr("strategy.name"));
   EXPECT_THAT(e.second, HasSubstr("genius"));
+  spec = Budget(10, 0, "genetic");
+  (*spec.mutable_strategy()->mutable_options())["population"] = "1e20";
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("strategy.options: strategy genetic: option population must be "
+                                  "an integer from 2 to 100000, not '1e20'"));
 
   e = submit_error(Budget(500, 0));
   EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "strategies/encoding.h"
@@ -217,6 +218,52 @@ TEST(StrategiesTest, UnknownOptionsAreErrors) {
               ::testing::HasSubstr("unknown option 'populaton'"));
   o.settings = {{"population", "ten"}};
   EXPECT_FALSE(MakeStrategy("genetic", space, o).ok());
+}
+
+TEST(StrategiesTest, OptionsOutsideTheirRangeAreErrors) {
+  const Space space = Bowl();
+  const struct {
+    const char* strategy;
+    const char* key;
+    const char* value;
+    const char* message;
+  } cases[] = {
+      {"genetic", "population", "1e20", "option population must be an integer from 2 to 100000"},
+      {"genetic", "population", "1",
+       "option population must be an integer from 2 to 100000, not '1'"},
+      {"genetic", "mutation", "-0.5", "option mutation must be a number from 0 to 1"},
+      {"genetic", "tournament", "0", "option tournament must be an integer from 1 to 1000"},
+      {"annealing", "cooling", "2", "option cooling must be a number from 0.001 to 1"},
+      {"annealing", "temperature", "0", "option temperature must be a number from 1e-06"},
+      {"annealing", "patience", "3.5", "option patience must be an integer"},
+      {"local", "perturbation", "-5", "option perturbation must be an integer from 1 to 1000"},
+      {"bayes", "acquisitions", "0", "option acquisitions must be an integer from 1 to 7"},
+      {"bayes", "initial", "-1", "option initial must be an integer from 1 to 100000"},
+      {"bayes", "candidates", "0", "option candidates must be an integer from 1 to 1000000"},
+      {"bayes", "warp", "2", "option warp must be an integer from 0 to 1"},
+  };
+  for (const auto& c : cases) {
+    StrategyOptions o;
+    o.settings[c.key] = c.value;
+    auto s = MakeStrategy(c.strategy, space, o);
+    ASSERT_FALSE(s.ok()) << c.strategy << " " << c.key << "=" << c.value;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.status().message()),
+                ::testing::HasSubstr(StrCat("strategy ", c.strategy, ": ", c.message)));
+  }
+  // The edges of each range are accepted.
+  for (const auto& [strategy, key, value] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"genetic", "population", "2"},
+           {"genetic", "mutation", "1"},
+           {"annealing", "cooling", "1"},
+           {"bayes", "acquisitions", "7"},
+           {"bayes", "random_every", "0"},
+           {"local", "perturbation", "1000"}}) {
+    StrategyOptions o;
+    o.settings[key] = value;
+    EXPECT_TRUE(MakeStrategy(strategy, space, o).ok()) << strategy << " " << key << "=" << value;
+  }
 }
 
 TEST(GaussianProcessTest, InterpolatesAndIsUncertainFarAway) {
