@@ -5,11 +5,15 @@
 // Exit codes: 0 success, 2 invalid input (the message names the field, flag
 // or position), 1 anything else.
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -177,6 +181,17 @@ const CommandSpec kShowCommand{
     "unique prefix of the id).",
     WithRemoteFlags({kDbFlag}), 1};
 
+const CommandSpec kMergeCommand{
+    "merge",
+    "ktune merge SOURCE.db [SOURCE.db ...] [--db TARGET] [--json]",
+    "Adds what other stores hold to this one (created if missing): headless jobs'\n"
+    "databases from GPU nodes, merged into one store for ktuned or for\n"
+    "applications. Sources are only read. Jobs are matched by id, measurements by\n"
+    "job and configuration, so merging a source again adds nothing; each best\n"
+    "record keeps the better of the two. Each source is merged in one transaction.",
+    {kDbFlag, kJsonFlag},
+    1 << 20};
+
 std::string MainHelp() {
   return StrCat("ktune ", kVersion,
                 ": online auto-tuning of GPU kernels\n\n"
@@ -190,6 +205,7 @@ std::string MainHelp() {
                 "  cancel    cancel a daemon's job (--server)\n"
                 "  devices   list this machine's GPUs (or a daemon's devices)\n"
                 "  evaluate  score search strategies on recorded spaces\n"
+                "  merge     add other stores' jobs and measurements to this one\n"
                 "  version   print the version\n\n"
                 "With --server ADDR the commands talk to a ktuned daemon instead of the\n"
                 "local store (--token-file, --tls-ca for a secured daemon).\n\n"
@@ -503,6 +519,106 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   return std::nullopt;
 }
 
+// --------------------------------------------------------------- merge
+
+// Whether a ktuned holds its lock on the store at `db_path`; its pid, if it
+// noted one, in *pid.
+bool DaemonServes(const std::string& db_path, std::string* pid) {
+  const std::string lock = db_path + ".ktuned-lock";
+  const int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  char buf[32] = {};
+  const ssize_t n = held ? pread(fd, buf, sizeof buf - 1, 0) : 0;
+  close(fd);
+  for (ssize_t i = 0; i < n; ++i) {
+    if (buf[i] >= '0' && buf[i] <= '9') pid->push_back(buf[i]);
+  }
+  return held;
+}
+
+std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
+  if (args.positional().empty()) {
+    return Failure{kExitInvalidInput, "ktune merge: give at least one SOURCE.db to merge"};
+  }
+  const std::string target = args.Get("db").value_or(DefaultDbPath());
+  struct stat target_stat = {};
+  const bool target_exists = stat(target.c_str(), &target_stat) == 0;
+  // Every source is checked (copied and migrated) before the target is
+  // touched.
+  std::vector<MergeSource> sources;
+  for (const std::string& path : args.positional()) {
+    struct stat st = {};
+    if (target_exists && stat(path.c_str(), &st) == 0 && st.st_dev == target_stat.st_dev &&
+        st.st_ino == target_stat.st_ino) {
+      return Failure{kExitInvalidInput,
+                     StrCat("SOURCE ", path, ": is the target store (--db ", target, ")")};
+    }
+    absl::StatusOr<MergeSource> source = MergeSource::Prepare(path);
+    if (!source.ok()) {
+      const absl::StatusCode code = source.status().code();
+      return Failure{
+          code == absl::StatusCode::kNotFound || code == absl::StatusCode::kFailedPrecondition
+              ? kExitInvalidInput
+              : kExitError,
+          StrCat("SOURCE: ", source.status().message())};
+    }
+    sources.push_back(*std::move(source));
+  }
+  if (std::string pid; DaemonServes(target, &pid)) {
+    return Failure{
+        kExitInvalidInput,
+        StrCat("--db ", target, ": a ktuned", pid.empty() ? "" : StrCat(" (pid ", pid, ")"),
+               " serves this store and keeps its answers in memory; stop it, merge, "
+               "and start it again")};
+  }
+  absl::StatusOr<Store> store = Store::Open(target, /*create=*/true);
+  if (!store.ok()) {
+    if (store.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
+    }
+    return Error(store.status());
+  }
+  const bool json = args.Has("json");
+  Json out = Json::MakeObject();
+  Json merged = Json::MakeArray();
+  for (const MergeSource& source : sources) {
+    absl::StatusOr<MergeStats> stats = store->Merge(source);
+    if (!stats.ok()) {
+      return Failure{stats.status().code() == absl::StatusCode::kFailedPrecondition
+                         ? kExitInvalidInput
+                         : kExitError,
+                     std::string(stats.status().message())};
+    }
+    if (json) {
+      Json j = Json::MakeObject();
+      j.Set("source", source.path());
+      j.Set("devices", stats->devices);
+      j.Set("kernels", stats->kernels);
+      j.Set("jobs_added", stats->jobs_added);
+      j.Set("jobs_extended", stats->jobs_extended);
+      j.Set("measurements", stats->measurements);
+      j.Set("best", stats->best);
+      merged.Push(std::move(j));
+    } else {
+      std::printf(
+          "%s: %lld jobs added, %lld extended, %lld measurements, %lld best records added or "
+          "improved (%lld devices, %lld kernels new here)\n",
+          source.path().c_str(), static_cast<long long>(stats->jobs_added),
+          static_cast<long long>(stats->jobs_extended), static_cast<long long>(stats->measurements),
+          static_cast<long long>(stats->best), static_cast<long long>(stats->devices),
+          static_cast<long long>(stats->kernels));
+    }
+  }
+  if (json) {
+    out.Set("db", target);
+    out.Set("merged", std::move(merged));
+    std::printf("%s\n", out.Dump().c_str());
+  }
+  *exit_code = kExitOk;
+  return std::nullopt;
+}
+
 // A score or fraction right-aligned in `width` with three decimals; "-"
 // where there is none (NaN: not run that far).
 std::string Figure(double v, int width) {
@@ -773,6 +889,9 @@ int Main(int argc, char** argv) {
   } else if (command == "evaluate") {
     spec = &kEvaluateCommand;
     run = RunEvaluate;
+  } else if (command == "merge") {
+    spec = &kMergeCommand;
+    run = RunMerge;
   } else if (command == "watch") {
     spec = &kWatchCommand;
   } else if (command == "cancel") {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -253,6 +254,61 @@ TEST_F(CliTest, StrategySettingsOnTheCommandLineShapeTheJob) {
   // measured again).
   EXPECT_EQ(tune("bayes:candidates=50:initial=6").Find("job_id")->as_string(),
             set.Find("job_id")->as_string());
+}
+
+TEST_F(CliTest, MergeGathersHeadlessStoresOnceAndRefusesWhatItCannotMerge) {
+  const std::string conv = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  const std::string pnpoly = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  // Two GPU nodes' stores, as headless jobs leave them.
+  const Json a = RunJson({"tune", "--local", "--device", conv, "--max-evals", "20", "--seed", "1",
+                          "--db", Db("node1.db"), "--json"});
+  const Json b = RunJson({"tune", "--local", "--device", pnpoly, "--max-evals", "15", "--db",
+                          Db("node2.db"), "--json"});
+  const Json merged = RunJson({"merge", Db("node1.db"), Db("node2.db"), "--db", Db(), "--json"});
+  const Json::Array& per_source = merged.Find("merged")->as_array();
+  ASSERT_EQ(per_source.size(), 2u);
+  EXPECT_EQ(per_source[0].Find("jobs_added")->as_int(), 1);
+  EXPECT_EQ(per_source[0].Find("measurements")->as_int(), 20);
+  EXPECT_EQ(per_source[1].Find("measurements")->as_int(), 15);
+  EXPECT_EQ(per_source[1].Find("best")->as_int(), 1);
+  // The merged store answers for both, as each node's store did.
+  const Json best = RunJson({"best", "--db", Db(), "--kernel", "cn_pnpoly", "--json"});
+  EXPECT_EQ(best.Find("results")->as_array().at(0).Find("key")->as_string(),
+            b.Find("best")->Find("key")->as_string());
+  const Json shown = RunJson({"show", a.Find("job_id")->as_string(), "--db", Db(), "--json"});
+  EXPECT_EQ(shown.Find("measurements")->as_array().size(), 20u);
+  // Again: nothing added.
+  const RunResult again = Run({"merge", Db("node1.db"), Db("node2.db"), "--db", Db()});
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_THAT(again.out, HasSubstr("node1.db: 0 jobs added, 0 extended, 0 measurements"));
+
+  const std::string before = Slurp(Db());
+  const std::string notes = Db("notes.txt");
+  std::ofstream(notes) << "not a database\n";
+  const struct {
+    std::vector<std::string> args;
+    const char* message;
+  } refused[] = {
+      {{"merge", "--db", Db()}, "give at least one SOURCE.db"},
+      {{"merge", Db(), "--db", Db()}, "is the target store"},
+      {{"merge", Db("node1.db"), notes, "--db", Db()}, "notes.txt: not a SQLite database"},
+      {{"merge", Db("nowhere.db"), "--db", Db()}, "nowhere.db: no such database"},
+  };
+  for (const auto& c : refused) {
+    const RunResult r = Run(c.args);
+    EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+  // A daemon serving the store (its lock held) keeps answers in memory.
+  const int lock = open((Db() + ".ktuned-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(flock(lock, LOCK_EX | LOCK_NB), 0);
+  ASSERT_EQ(write(lock, "4242\n", 5), 5);
+  const RunResult served = Run({"merge", Db("node1.db"), "--db", Db()});
+  close(lock);
+  EXPECT_EQ(served.code, 2);
+  EXPECT_THAT(served.err, HasSubstr("a ktuned (pid 4242) serves this store"));
+  EXPECT_EQ(Slurp(Db()), before);
 }
 
 TEST_F(CliTest, AWarmStartTriesTheBestKnownConfigurationFirst) {

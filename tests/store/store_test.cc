@@ -18,12 +18,14 @@
 #include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/process.h"
+#include "tuner/base/strings.h"
 #include "tuner/store/sqlite.h"
 
 namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 static_assert(std::is_nothrow_move_constructible_v<Store>);
 static_assert(!std::is_copy_constructible_v<Store>);
@@ -391,25 +393,32 @@ TEST_F(StoreTest, MigratesForwardAndKeepsData) {
   EXPECT_THAT(std::string(old.status().message()), HasSubstr("schema version 2 is newer"));
 }
 
-TEST_F(StoreTest, AVersionOneDatabaseIsMigratedWithItsData) {
-  // A database as the first release wrote it: schema 1 only.
-  {
-    int version = 0;
-    absl::StatusOr<sqlite::Db> db =
-        OpenMigrated(path_, true, SchemaMigrations().first(1), &version);
-    ASSERT_TRUE(db.ok()) << db.status();
-    ASSERT_EQ(version, 1);
-    ASSERT_TRUE(db->Exec(R"sql(
-INSERT INTO devices (uuid, name) VALUES ('GPU-1', 'Old GPU');
+// A store as the first release wrote it (schema 1): job 'old' in `state`,
+// one measurement, its best record.
+void WriteVersionOneStore(const std::string& path, const std::string& state) {
+  int version = 0;
+  absl::StatusOr<sqlite::Db> db = OpenMigrated(path, true, SchemaMigrations().first(1), &version);
+  ASSERT_TRUE(db.ok()) << db.status();
+  ASSERT_EQ(version, 1);
+  ASSERT_TRUE(db->Exec(StrCat(R"sql(
+INSERT INTO devices (uuid, name) VALUES ('GPU-9', 'Old GPU');
 INSERT INTO kernels (name, source_hash, parameters) VALUES ('k', 'h', 'a');
 INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy, seed, objective,
                   state, created_at, updated_at)
-  VALUES ('old', 1, 1, '{}', x'', '{}', 'random', 0, 'time', 'succeeded', 't', 't');
+  VALUES ('old', 1, 1, '{}', x'', '{}', 'random', 0, 'time', ')sql",
+                              state, R"sql(', 't', 't');
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms, loss, measured_at)
   VALUES ('old', 0, '1', '{"a":1}', 'ok', 2.5, 2.5, 't');
-)sql")
-                    .ok());
-  }
+INSERT INTO best (kernel_id, device_id, problem, objective, job_id, config_key, config, time_ms,
+                  loss, updated_at)
+  VALUES (1, 1, '{}', 'time', 'old', '1', '{"a":1}', 2.5, 2.5, 't');
+)sql"))
+                  .ok());
+}
+
+TEST_F(StoreTest, AVersionOneDatabaseIsMigratedWithItsData) {
+  // A database as the first release wrote it: schema 1 only.
+  ASSERT_NO_FATAL_FAILURE(WriteVersionOneStore(path_, "succeeded"));
   absl::StatusOr<Store> s = Store::Open(path_, false);
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->schema_version(), SchemaMigrations().back().version);
@@ -545,6 +554,163 @@ TEST_F(StoreTest, RefusesForeignFilesWithoutTouchingThem) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(t.status().message()), HasSubstr("not a SQLite database"));
   EXPECT_EQ(Slurp(text), text_before);
+}
+
+TEST_F(StoreTest, MergeAddsWhatTheTargetLacksOnceAndLeavesTheSourceAlone) {
+  const std::string source_path = tmp_.File("node7.db");
+  {
+    absl::StatusOr<Store> src = Store::Open(source_path, true);
+    ASSERT_TRUE(src.ok()) << src.status();
+    ASSERT_TRUE(src->StartJob(MakeJob("jobA"), nullptr).ok());
+    ASSERT_TRUE(src->AddMeasurement("jobA", Ok(0, "a", 3.0)).ok());
+    ASSERT_TRUE(src->AddMeasurement("jobA", Ok(1, "b", 2.0)).ok());
+    ASSERT_TRUE(src->AddMeasurement("jobA", Ok(2, "x", 1.5)).ok());
+    ASSERT_TRUE(src->SetJobState("jobA", JobState::kSucceeded, "budget spent").ok());
+    ASSERT_TRUE(src->StartJob(MakeJob("jobC", "GPU-2"), nullptr).ok());
+    ASSERT_TRUE(src->AddMeasurement("jobC", Ok(0, "d", 9.0)).ok());
+    ASSERT_TRUE(src->SetJobState("jobC", JobState::kSucceeded, "").ok());
+  }
+  const std::string source_before = Slurp(source_path);
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  // Here: jobA cut short after a and y; jobB measured c on the same GPU.
+  ASSERT_TRUE(s->StartJob(MakeJob("jobA"), nullptr).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobA", Ok(0, "a", 3.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobA", Ok(1, "y", 4.0)).ok());
+  ASSERT_TRUE(s->SetJobState("jobA", JobState::kInterrupted, "").ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("jobB"), nullptr).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobB", Ok(0, "c", 2.5)).ok());
+  ASSERT_TRUE(s->SetJobState("jobB", JobState::kSucceeded, "").ok());
+
+  absl::StatusOr<MergeSource> source = MergeSource::Prepare(source_path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<MergeStats> stats = s->Merge(*source);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->devices, 1);  // GPU-2
+  EXPECT_EQ(stats->kernels, 0);
+  EXPECT_EQ(stats->jobs_added, 1);     // jobC
+  EXPECT_EQ(stats->jobs_extended, 1);  // jobA
+  EXPECT_EQ(stats->measurements, 3);   // b, x, d
+  EXPECT_EQ(stats->best, 2);           // GPU-1 improved, GPU-2 new
+
+  // jobA: its own measurements first, then those only the source had, in
+  // the source's order; it succeeded there.
+  absl::StatusOr<std::vector<StoredMeasurement>> a = s->LoadMeasurements("jobA");
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<std::string> keys;
+  for (const StoredMeasurement& m : *a) keys.push_back(m.key + "@" + std::to_string(m.sequence));
+  EXPECT_EQ(keys, (std::vector<std::string>{"a@0", "y@1", "b@2", "x@3"}));
+  EXPECT_DOUBLE_EQ((*a)[3].measurement.time.count(), 1.5);
+  EXPECT_EQ((*a)[3].measurement.stats.samples, 3);
+  EXPECT_EQ(s->GetJob("jobA")->state, JobState::kSucceeded);
+  EXPECT_EQ(s->GetJob("jobA")->message, "budget spent");
+  EXPECT_EQ(s->GetJob("jobA")->evaluations, 4);
+  EXPECT_EQ(s->GetJob("jobC")->device.uuid, "GPU-2");
+  EXPECT_EQ(s->GetJob("jobC")->evaluations, 1);
+  EXPECT_EQ(s->GetJob("jobB")->evaluations, 1);
+  absl::StatusOr<std::vector<BestRecord>> best =
+      s->FindBest("saxpy", std::string("GPU-1"), std::nullopt, std::nullopt);
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ((*best)[0].key, "x");
+  EXPECT_EQ((*best)[0].job_id, "jobA");
+  EXPECT_EQ(s->FindBest("saxpy", std::string("GPU-2"), std::nullopt, std::nullopt)->size(), 1u);
+  EXPECT_TRUE(s->CheckIntegrity().ok());
+
+  // Again: nothing to add.
+  stats = s->Merge(*source);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->devices + stats->kernels + stats->jobs_added + stats->jobs_extended +
+                stats->measurements + stats->best,
+            0);
+  EXPECT_EQ(s->LoadMeasurements("jobA")->size(), 4u);
+  EXPECT_EQ(Slurp(source_path), source_before);
+  // The temporary copy goes with the source object.
+  const std::string copy = source->copy_path();
+  EXPECT_EQ(access(copy.c_str(), F_OK), 0);
+  { MergeSource gone = *std::move(source); }
+  EXPECT_NE(access(copy.c_str(), F_OK), 0);
+}
+
+TEST_F(StoreTest, MergeInterruptsAJobThatRanThereAndMigratesAnOldSourceCopyOnly) {
+  const std::string source_path = tmp_.File("old.db");
+  ASSERT_NO_FATAL_FAILURE(WriteVersionOneStore(source_path, "running"));
+  absl::StatusOr<MergeSource> source = MergeSource::Prepare(source_path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<Store> s = Store::Open(path_, true);
+  absl::StatusOr<MergeStats> stats = s->Merge(*source);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->jobs_added, 1);
+  absl::StatusOr<JobRecord> old = s->GetJob("old");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->state, JobState::kInterrupted);
+  EXPECT_THAT(old->message, HasSubstr("merged from " + source_path + " while it ran there"));
+  EXPECT_EQ(old->runner, "");
+  EXPECT_EQ(s->FindBest("k", std::nullopt, std::nullopt, std::nullopt)->size(), 1u);
+  // The source itself is still at schema 1.
+  absl::StatusOr<sqlite::Db> raw = sqlite::Db::Open(source_path, false);
+  absl::StatusOr<sqlite::Statement> q =
+      raw->Prepare("SELECT user_version FROM pragma_user_version");
+  ASSERT_TRUE(q->Step().ok());
+  EXPECT_EQ(q->Int(0), 1);
+}
+
+TEST_F(StoreTest, MergeRefusesBadSourcesAndJobsRunningHereAndChangesNothing) {
+  const std::string text = dir_ + "/notes.txt";
+  std::ofstream(text) << "these are my notes, not a database\n";
+  absl::StatusOr<MergeSource> bad = MergeSource::Prepare(text);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr(text + ": not a SQLite database"));
+  const std::string foreign = dir_ + "/foreign.db";
+  {
+    absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(foreign, true);
+    ASSERT_TRUE(db->Exec("CREATE TABLE mine (x); INSERT INTO mine VALUES (7);").ok());
+  }
+  bad = MergeSource::Prepare(foreign);
+  ASSERT_FALSE(bad.ok());
+  // The message names the file given, not the temporary copy.
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr(foreign + ": not a ktune database"));
+  EXPECT_THAT(std::string(bad.status().message()), Not(HasSubstr("ktune-merge-")));
+  EXPECT_EQ(MergeSource::Prepare(dir_ + "/none.db").status().code(), absl::StatusCode::kNotFound);
+  // A forged row would leave the target unreadable: the source is refused.
+  const std::string forged = dir_ + "/forged.db";
+  {
+    absl::StatusOr<Store> f = Store::Open(forged, true);
+    ASSERT_TRUE(f->StartJob(MakeJob("jobF"), nullptr).ok());
+  }
+  {
+    absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(forged, false);
+    ASSERT_TRUE(db->Exec("UPDATE jobs SET problem = '[[['").ok());
+  }
+  bad = MergeSource::Prepare(forged);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      std::string(bad.status().message()),
+      HasSubstr(forged + ": a damaged ktune database (stored problem is not a JSON object"));
+
+  // A job held by both that a live process runs here.
+  const std::string source_path = tmp_.File("src.db");
+  {
+    absl::StatusOr<Store> src = Store::Open(source_path, true);
+    ASSERT_TRUE(src->StartJob(MakeJob("job1"), nullptr).ok());
+    ASSERT_TRUE(src->AddMeasurement("job1", Ok(0, "a", 1.0)).ok());
+    ASSERT_TRUE(src->StartJob(MakeJob("job2"), nullptr).ok());
+  }
+  const pid_t child = StartJobInAChild(path_, MakeJob("job1"));
+  ASSERT_GT(child, 0);
+  testing::KilledAtExit reaper(child);
+  absl::StatusOr<MergeSource> source = MergeSource::Prepare(source_path);
+  ASSERT_TRUE(source.ok()) << source.status();
+  absl::StatusOr<Store> s = Store::Open(path_, false);
+  absl::StatusOr<MergeStats> stats = s->Merge(*source);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(stats.status().message()),
+              HasSubstr("job job1 is running here (pid " + std::to_string(child)));
+  EXPECT_THAT(std::string(stats.status().message()), HasSubstr("nothing was changed"));
+  EXPECT_TRUE(s->LoadMeasurements("job1")->empty());
+  EXPECT_FALSE(s->GetJob("job2").ok());
 }
 
 TEST(ProblemTest, CanonicalJsonSortsNames) {

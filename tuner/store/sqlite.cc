@@ -51,6 +51,20 @@ absl::StatusOr<Db> Db::Open(const std::string& path, bool create) {
   return db;
 }
 
+absl::StatusOr<Db> Db::OpenReadOnly(const std::string& path) {
+  sqlite3* raw = nullptr;
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  Db db(raw);
+  if (rc != SQLITE_OK) {
+    if ((rc & 0xff) == SQLITE_CANTOPEN)
+      return absl::NotFoundError(StrCat(path, ": no such database"));
+    return db.Error(StrCat("opening ", path), rc);
+  }
+  sqlite3_extended_result_codes(raw, 1);
+  return db;
+}
+
 absl::Status Db::Exec(std::string_view sql) {
   const std::string text(sql);
   char* err = nullptr;

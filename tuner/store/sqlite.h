@@ -32,6 +32,8 @@ class Db {
   // Opens (creating if `create`) the database at `path`. Errors name the
   // path and SQLite's reason.
   static absl::StatusOr<Db> Open(const std::string& path, bool create);
+  // Opens an existing database for reading only.
+  static absl::StatusOr<Db> OpenReadOnly(const std::string& path);
 
   Db(Db&&) noexcept = default;
   Db& operator=(Db&&) noexcept = default;

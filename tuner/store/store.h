@@ -151,6 +151,38 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
 // other than this one: that process's job is not ours to run or to end.
 bool RunByAnotherProcess(const std::string& runner);
 
+// Another ktune database, copied (SQLite's online backup: a consistent
+// snapshot, even while a job writes to it), checked and migrated to this
+// ktune's schema, ready for Store::Merge. The original is only read. The
+// copy lives in the temporary folder and is removed with this object.
+class MergeSource {
+ public:
+  // NOT_FOUND (no file), FAILED_PRECONDITION (not SQLite, not a ktune
+  // database, a schema newer than this ktune's), each naming `path`.
+  static absl::StatusOr<MergeSource> Prepare(const std::string& path);
+  MergeSource(MergeSource&& other) noexcept;
+  MergeSource& operator=(MergeSource&& other) noexcept;
+  ~MergeSource();
+  const std::string& path() const { return path_; }
+  const std::string& copy_path() const { return copy_; }
+
+ private:
+  MergeSource(std::string path, std::string copy)
+      : path_(std::move(path)), copy_(std::move(copy)) {}
+  std::string path_;
+  std::string copy_;
+};
+
+// What a merge added.
+struct MergeStats {
+  std::int64_t devices = 0;
+  std::int64_t kernels = 0;
+  std::int64_t jobs_added = 0;     // jobs this store did not hold
+  std::int64_t jobs_extended = 0;  // jobs it held that gained measurements
+  std::int64_t measurements = 0;
+  std::int64_t best = 0;  // best records added or improved
+};
+
 // A connection to one database file. Move-only; not thread-safe (give each
 // thread its own Store; SQLite's locking and the busy timeout arbitrate).
 class Store {
@@ -230,16 +262,32 @@ class Store {
       const std::string& objective, const std::string& exclude_job_id, std::int64_t limit,
       const std::string& measured_before = "");
 
+  // Adds what `source` holds and this store lacks, all in one transaction
+  // (on any error nothing is added): devices (by UUID), kernels (by name,
+  // source hash and parameters), jobs (by id, which covers the kernel, the
+  // whole spec, the problem and the device; a job that was running there is
+  // `interrupted` here, so running it here resumes it), measurements (by job
+  // and configuration: a job held by both gains the configurations only the
+  // source measured, numbered after its own, and becomes `succeeded` if it
+  // succeeded there), and best records where the source's is better.
+  // Merging a source again adds nothing. FAILED_PRECONDITION when a job held
+  // by both is being run by a live process of this host.
+  absl::StatusOr<MergeStats> Merge(const MergeSource& source);
+
   // Runs PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity();
 
  private:
+  friend class MergeSource;  // reads a source's kernels through db_
   explicit Store(sqlite::Db db);
   absl::Status PrepareStatements();
   absl::StatusOr<std::int64_t> UpsertDevice(const DeviceInfo& device);
   absl::StatusOr<std::int64_t> UpsertKernel(const JobRecord& job);
   absl::StatusOr<JobRecord> RecordJob(const JobRecord& job, JobState state, bool* existed);
   absl::StatusOr<JobRecord> ReadJob(sqlite::Statement& stmt);
+  // Merge's work, with the source attached as `src`; `source_name` for
+  // messages.
+  absl::StatusOr<MergeStats> MergeAttached(const std::string& source_name);
   absl::StatusOr<std::vector<JobRecord>> ReadJobs(sqlite::Statement& stmt);
 
   std::string path_;
