@@ -2,6 +2,7 @@
 # Checks what can be checked of deploy/ without a cluster or a service
 # manager: the Kubernetes manifests parse and carry what they must, the
 # systemd unit passes systemd-analyze verify (when systemd is there), the
+# Slurm scripts parse (and pass shellcheck when it is there), the
 # container file names its stages.
 #   tests/deploy/check.sh SOURCE_DIR KTUNED
 set -euo pipefail
@@ -34,6 +35,13 @@ if command -v systemd-analyze >/dev/null 2>&1; then
 else
   echo "systemd unit: systemd-analyze not here, not checked"
 fi
+for script in "$src/deploy/slurm/campaign.sh" "$src/deploy/slurm/tune-task.sbatch"; do
+  bash -n "$script"
+  if command -v shellcheck >/dev/null 2>&1; then shellcheck "$script"; fi
+done
+grep -q 'ktune merge\|KTUNE merge' "$src/deploy/slurm/campaign.sh"
+grep -q '^#SBATCH --gpus=1$' "$src/deploy/slurm/tune-task.sbatch"
+echo "slurm scripts: ok"
 grep -q '^FROM .*-devel-.* AS build$' "$src/deploy/container/Containerfile"
 grep -q '^FROM .*-runtime-' "$src/deploy/container/Containerfile"
 echo "container file: ok"
