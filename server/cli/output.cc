@@ -84,6 +84,8 @@ Json ConditionsJson(const Conditions& c) {
   }
   if (c.input_copies > 1) j.Set("input_copies", c.input_copies);
   if (!c.device.empty()) j.Set("device", c.device);
+  if (!c.driver.empty()) j.Set("driver", c.driver);
+  if (!c.nvrtc.empty()) j.Set("nvrtc", c.nvrtc);
   return j;
 }
 

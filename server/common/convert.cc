@@ -159,6 +159,8 @@ void MeasurementToProto(const StoredMeasurement& m, v1::MeasurementRecord* out) 
   c->set_d2h_ms(rc.d2h_ms);
   c->set_overlap(rc.overlap);
   c->set_device(rc.device);
+  c->set_driver(rc.driver);
+  c->set_nvrtc(rc.nvrtc);
   TimeToProto(m.measured_at, out->mutable_measured_at());
 }
 
@@ -211,6 +213,8 @@ StoredMeasurement MeasurementFromProto(const v1::MeasurementRecord& m) {
   r.conditions.d2h_ms = mc.d2h_ms();
   r.conditions.overlap = mc.overlap();
   r.conditions.device = mc.device();
+  r.conditions.driver = mc.driver();
+  r.conditions.nvrtc = mc.nvrtc();
   out.measured_at = TimeFromProto(m.measured_at());
   return out;
 }

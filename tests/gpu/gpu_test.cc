@@ -158,6 +158,11 @@ TEST_F(GpuTest, LibraryKernelsTuneAndVerify) {
         EXPECT_GE(m.measurement.stats.samples, 3) << name << " " << key;
         EXPECT_GT(m.measurement.conditions.gpu_busy.count(), 0) << name << " " << key;
       }
+      // The toolchain is recorded with every candidate, whatever became of it.
+      EXPECT_THAT(m.measurement.conditions.driver, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
+          << name << " " << key;
+      EXPECT_THAT(m.measurement.conditions.nvrtc, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
+          << name << " " << key;
     }
     EXPECT_GE(ok, 6) << name;
     std::printf("%-10s best %-16s %.4f ms (%d of 12 ok)\n", name.c_str(), r.best->key.c_str(),

@@ -454,6 +454,8 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
   lc.d2h_ms = 4.8;
   lc.overlap = 1.97;
   lc.device = "cuda:1";
+  lc.driver = "13.0";
+  lc.nvrtc = "13.0";
   ASSERT_TRUE(s->AddMeasurement("job1", m).ok());
   const StoredMeasurement back = (*s->LoadMeasurements("job1"))[0];
   {
@@ -468,6 +470,8 @@ TEST_F(StoreTest, ConditionsAndSamplesRoundTrip) {
     EXPECT_DOUBLE_EQ(b.h2d_ms + b.kernel_ms + b.d2h_ms, 4.9 + 1.7 + 4.8);
     EXPECT_DOUBLE_EQ(b.overlap, 1.97);
     EXPECT_EQ(b.device, "cuda:1");
+    EXPECT_EQ(b.driver, "13.0");
+    EXPECT_EQ(b.nvrtc, "13.0");
   }
   EXPECT_EQ(back.measurement.samples_ms, m.measurement.samples_ms);
   EXPECT_EQ(back.measurement.conditions.sm_clock_mhz_before, 1980);

@@ -1067,8 +1067,15 @@ absl::Status CudaDevice::WaitUntilOpen() {
   return absl::OkStatus();
 }
 
+void CudaDevice::StampToolchain(Measurement& m) const {
+  m.conditions.driver = info_.driver;
+  m.conditions.nvrtc = nvrtc_version_;
+}
+
 absl::StatusOr<Measurement> CudaDevice::Evaluate(const Config& config) {
-  return Measure(config, false);
+  KTUNE_ASSIGN_OR_RETURN(Measurement m, Measure(config, false));
+  StampToolchain(m);
+  return m;
 }
 
 absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector<Config>& configs) {
@@ -1103,6 +1110,7 @@ absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector
     out[i].message =
         StrCat("re-measured in ", kFinalRounds, " interleaved rounds with the final contenders");
   }
+  for (Measurement& m : out) StampToolchain(m);
   return out;
 }
 

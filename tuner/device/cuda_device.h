@@ -120,6 +120,8 @@ class CudaDevice final : public Device {
   absl::StatusOr<std::optional<v1::WorkerMeasurement>> Run(const v1::WorkerCandidate& candidate,
                                                            Measurement* failure);
   absl::StatusOr<Measurement> Measure(const Config& config, bool final_round);
+  // Records the driver's and NVRTC's versions in the measurement.
+  void StampToolchain(Measurement& m) const;
   absl::Status LaunchFor(const Config& config, v1::WorkerCandidate* c, std::string* why) const;
   // An under_load companion kernel: compiled, its launch and arguments
   // resolved against the problem.

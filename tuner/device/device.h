@@ -71,6 +71,10 @@ struct Conditions {
   double h2d_ms = 0, kernel_ms = 0, d2h_ms = 0;  // pipeline stages, serial
   double overlap = 0;
   std::string device;  // the GPU that measured it, in a job over several
+  // The toolchain (CUDA GPUs): the CUDA version of the driver's API and
+  // NVRTC's version, e.g. "13.0".
+  std::string driver;
+  std::string nvrtc;
 };
 
 // The full record of one evaluated candidate.

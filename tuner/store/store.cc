@@ -202,6 +202,8 @@ std::string ConditionsToJson(const Conditions& c) {
   positive("d2h_ms", c.d2h_ms);
   positive("overlap", c.overlap);
   if (!c.device.empty()) j.Set("device", c.device);
+  if (!c.driver.empty()) j.Set("driver", c.driver);
+  if (!c.nvrtc.empty()) j.Set("nvrtc", c.nvrtc);
   return j.Dump();
 }
 
@@ -253,7 +255,13 @@ Conditions ConditionsFromJson(const std::string& text) {
   c.kernel_ms = number("kernel_ms");
   c.d2h_ms = number("d2h_ms");
   c.overlap = number("overlap");
-  if (const Json* v = j->Find("device"); v != nullptr && v->is_string()) c.device = v->as_string();
+  auto text_of = [&](const char* name) {
+    const Json* v = j->Find(name);
+    return v != nullptr && v->is_string() ? v->as_string() : std::string();
+  };
+  c.device = text_of("device");
+  c.driver = text_of("driver");
+  c.nvrtc = text_of("nvrtc");
   return c;
 }
 
