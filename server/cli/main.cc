@@ -671,6 +671,18 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       return Failure{kExitInvalidInput, StrCat("--device ", d, ": ", rs.status().message())};
     recordings.push_back(*std::move(rs));
   }
+  // The strategies' settings are checked before anything runs.
+  {
+    absl::StatusOr<Space> first = recordings.front().ToSpace();
+    if (!first.ok()) return Error(first.status());
+    for (const auto& [text, flag] : parsed) {
+      StrategyOptions so;
+      so.settings = flag.options;
+      if (auto s = MakeStrategy(flag.name, *first, so); !s.ok()) {
+        return Failure{kExitInvalidInput, StrCat("--strategy: ", s.status().message())};
+      }
+    }
+  }
   std::optional<RecordedSpace> warm;
   if (auto w = args.Get("warm-from")) {
     if (w->rfind("sim:", 0) != 0) {

@@ -230,6 +230,10 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
   const RunResult setting = Run({"evaluate", "--device", cache, "--strategy", "random:=3"});
   EXPECT_EQ(setting.code, 2);
   EXPECT_THAT(setting.err, HasSubstr("--strategy: 'random:=3': option '=3' is not key=value"));
+  const RunResult range =
+      Run({"evaluate", "--device", cache, "--strategy", "genetic:population=1"});
+  EXPECT_EQ(range.code, 2);
+  EXPECT_THAT(range.err, HasSubstr("--strategy: strategy genetic: option population must be"));
   const RunResult gpu = Run({"evaluate", "--device", "cuda:0"});
   EXPECT_EQ(gpu.code, 2);
   EXPECT_THAT(gpu.err, HasSubstr("give sim:FILE"));
