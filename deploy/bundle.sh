@@ -31,7 +31,12 @@ for b in "${bins[@]}"; do ldd "$b"; done |
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|ld-linux*|\
       libstdc++.so*|libgcc_s.so*|libcuda.so*|libnvrtc*|libnvidia-ml*) ;;
-      *) cp -L "$lib" "$out/lib/" && strip --strip-unneeded "$out/lib/$(basename "$lib")" 2>/dev/null || true ;;
+      *)
+        # A library that cannot be copied fails the bundle (set -e); one
+        # that cannot be stripped is kept as it is.
+        cp -L "$lib" "$out/lib/"
+        strip --strip-unneeded "$out/lib/$(basename "$lib")" 2>/dev/null || true
+        ;;
     esac
   done
 
@@ -46,4 +51,4 @@ shift
 exec "$here/bin/$prog" "$@"
 RUN
 chmod +x "$out/run.sh"
-echo "bundle: $(du -sh "$out" | cut -f1) in $out ($(ls "$out/lib" | wc -l) libraries)"
+echo "bundle: $(du -sh "$out" | cut -f1) in $out ($(find "$out/lib" -type f | wc -l) libraries)"

@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libsqlite3-dev zlib1g-dev libeigen3-dev
-  libgtest-dev libgmock-dev openssl python3-grpcio python3-protobuf python3-yaml
+  libgtest-dev libgmock-dev openssl python3-grpcio python3-protobuf python3-yaml shellcheck
 )
 
 missing=()

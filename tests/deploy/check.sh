@@ -2,8 +2,8 @@
 # Checks what can be checked of deploy/ without a cluster or a service
 # manager: the Kubernetes manifests parse and carry what they must, the
 # systemd unit passes systemd-analyze verify (when systemd is there), the
-# Slurm scripts parse (and pass shellcheck when it is there), the
-# container file names its stages.
+# Slurm scripts parse, every shell script passes shellcheck (when it is
+# there), the container file names its stages.
 #   tests/deploy/check.sh SOURCE_DIR KTUNED
 set -euo pipefail
 src=$1
@@ -37,11 +37,18 @@ else
 fi
 for script in "$src/deploy/slurm/campaign.sh" "$src/deploy/slurm/tune-task.sbatch"; do
   bash -n "$script"
-  if command -v shellcheck >/dev/null 2>&1; then shellcheck "$script"; fi
 done
 grep -q 'ktune merge\|KTUNE merge' "$src/deploy/slurm/campaign.sh"
 grep -q '^#SBATCH --gpus=1$' "$src/deploy/slurm/tune-task.sbatch"
 echo "slurm scripts: ok"
+# Every shell script of the repository passes shellcheck (scripts/setup.sh
+# installs it).
+if command -v shellcheck >/dev/null 2>&1; then
+  (cd "$src" && shellcheck .ci/run scripts/*.sh deploy/*.sh deploy/slurm/* tests/deploy/*.sh tests/consumer/*.sh)
+  echo "shellcheck: ok"
+else
+  echo "shellcheck: not here, scripts not linted"
+fi
 grep -q '^FROM .*-devel-.* AS build$' "$src/deploy/container/Containerfile"
 grep -q '^FROM .*-runtime-' "$src/deploy/container/Containerfile"
 echo "container file: ok"
