@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -217,6 +218,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   d->info_.name = gpu.name();
   d->info_.architecture = d->arch_;
   d->info_.uuid = gpu.uuid();
+  d->gpu_lock_ = std::make_unique<GpuLock>(gpu.uuid());
   d->info_.memory_bytes = gpu.memory_bytes();
   d->info_.multiprocessors = gpu.multiprocessors();
   d->info_.driver = StrCat(gpu.driver_version() / 1000, ".", (gpu.driver_version() % 1000) / 10);
@@ -991,6 +993,8 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
         std::max(3, (setup_.settings().min_samples() + kFinalRounds - 1) / kFinalRounds));
   }
   Measurement failure;
+  // Other ktune processes measuring on this GPU take turns with us.
+  GpuLockHold hold(*gpu_lock_, [&](const std::string& holder) { TellWaiting(holder); });
   KTUNE_ASSIGN_OR_RETURN(std::optional<v1::WorkerMeasurement> w, Run(c, &failure));
   ++stats_.candidates;
   if (!w) {
@@ -1067,6 +1071,16 @@ absl::Status CudaDevice::WaitUntilOpen() {
   return absl::OkStatus();
 }
 
+void CudaDevice::TellWaiting(const std::string& holder) {
+  if (told_waiting_) return;
+  told_waiting_ = true;
+  std::fprintf(stderr,
+               "ktune: %s: another ktune process%s is measuring on this GPU; candidates take "
+               "turns with it (%s)\n",
+               info_.id.c_str(), holder.empty() ? "" : StrCat(" (pid ", holder, ")").c_str(),
+               gpu_lock_->path().c_str());
+}
+
 void CudaDevice::StampToolchain(Measurement& m) const {
   m.conditions.driver = info_.driver;
   m.conditions.nvrtc = nvrtc_version_;
@@ -1079,6 +1093,9 @@ absl::StatusOr<Measurement> CudaDevice::Evaluate(const Config& config) {
 }
 
 absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector<Config>& configs) {
+  // The contenders are compared under one hold: no other process's work
+  // between their rounds.
+  GpuLockHold hold(*gpu_lock_, [&](const std::string& holder) { TellWaiting(holder); });
   std::vector<Measurement> out(configs.size());
   std::vector<std::vector<double>> pooled(configs.size());
   std::vector<bool> failed(configs.size(), false);

@@ -19,6 +19,7 @@
 #include "ktune/v1/worker.pb.h"
 #include "tuner/compile/compile_pool.h"
 #include "tuner/device/device.h"
+#include "tuner/device/gpu_lock.h"
 #include "tuner/expr/expr.h"
 #include "tuner/ipc/subprocess.h"
 
@@ -122,6 +123,8 @@ class CudaDevice final : public Device {
   absl::StatusOr<Measurement> Measure(const Config& config, bool final_round);
   // Records the driver's and NVRTC's versions in the measurement.
   void StampToolchain(Measurement& m) const;
+  // Says once that another process holds the GPU's lock.
+  void TellWaiting(const std::string& holder);
   absl::Status LaunchFor(const Config& config, v1::WorkerCandidate* c, std::string* why) const;
   // An under_load companion kernel: compiled, its launch and arguments
   // resolved against the problem.
@@ -136,6 +139,8 @@ class CudaDevice final : public Device {
   CudaDeviceOptions options_;
   std::string arch_;
   std::string nvrtc_version_;
+  std::unique_ptr<GpuLock> gpu_lock_;  // turns with other ktune processes
+  bool told_waiting_ = false;
   std::shared_ptr<CompilePool> pool_;
   std::optional<Subprocess> worker_;
   bool worker_ready_ = false;  // set up, reference made

@@ -1,0 +1,63 @@
+// A host-wide lock on one GPU, shared by every ktune process of the host
+// (each `ktune tune --local`, each ktuned): a candidate's evaluation on a
+// GPU (loading, verification, timed samples) holds it, so two processes
+// tuning on one GPU take turns instead of timing each other's kernels, as
+// the jobs of one daemon take turns at its gate.
+//
+// The lock is flock(2) on `DIR/ktune-gpu-UUID.lock`, DIR being
+// $KTUNE_LOCK_DIR, else /run/lock, else /tmp; the kernel drops it when its
+// process ends, however it ends. It counts nested holds, so an evaluation
+// inside a held re-measurement does not release it early.
+#ifndef KTUNE_TUNER_DEVICE_GPU_LOCK_H_
+#define KTUNE_TUNER_DEVICE_GPU_LOCK_H_
+
+#include <functional>
+#include <string>
+
+namespace ktune {
+
+class GpuLock {
+ public:
+  // `uuid` names the GPU. Where the lock file cannot be opened the lock
+  // does nothing, and says so once on stderr.
+  explicit GpuLock(std::string uuid);
+  GpuLock(const GpuLock&) = delete;
+  GpuLock& operator=(const GpuLock&) = delete;
+  ~GpuLock();
+
+  // Takes the lock, waiting for another process's hold to end. While it
+  // waits, `on_wait` (if set) is called once with the holder's pid ("" if
+  // unknown).
+  void Acquire(const std::function<void(const std::string& holder)>& on_wait = {});
+  void Release();
+
+  const std::string& path() const { return path_; }
+  bool usable() const { return fd_ >= 0; }
+
+  // The folder of the lock files.
+  static std::string Directory();
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int depth_ = 0;
+};
+
+// Holds a GpuLock for a scope.
+class GpuLockHold {
+ public:
+  GpuLockHold(GpuLock& lock, const std::function<void(const std::string&)>& on_wait = {})
+      : lock_(lock) {
+    lock_.Acquire(on_wait);
+  }
+  GpuLockHold(const GpuLockHold&) = delete;
+  GpuLockHold& operator=(const GpuLockHold&) = delete;
+  ~GpuLockHold() { lock_.Release(); }
+
+ private:
+  GpuLock& lock_;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_DEVICE_GPU_LOCK_H_
