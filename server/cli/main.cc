@@ -5,15 +5,12 @@
 // Exit codes: 0 success, 2 invalid input (the message names the field, flag
 // or position), 1 anything else.
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -521,22 +518,6 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
 
 // --------------------------------------------------------------- merge
 
-// Whether a ktuned holds its lock on the store at `db_path`; its pid, if it
-// noted one, in *pid.
-bool DaemonServes(const std::string& db_path, std::string* pid) {
-  const std::string lock = db_path + ".ktuned-lock";
-  const int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  char buf[32] = {};
-  const ssize_t n = held ? pread(fd, buf, sizeof buf - 1, 0) : 0;
-  close(fd);
-  for (ssize_t i = 0; i < n; ++i) {
-    if (buf[i] >= '0' && buf[i] <= '9') pid->push_back(buf[i]);
-  }
-  return held;
-}
-
 std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
   if (args.positional().empty()) {
     return Failure{kExitInvalidInput, "ktune merge: give at least one SOURCE.db to merge"};
@@ -564,13 +545,6 @@ std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
           StrCat("SOURCE: ", source.status().message())};
     }
     sources.push_back(*std::move(source));
-  }
-  if (std::string pid; DaemonServes(target, &pid)) {
-    return Failure{
-        kExitInvalidInput,
-        StrCat("--db ", target, ": a ktuned", pid.empty() ? "" : StrCat(" (pid ", pid, ")"),
-               " serves this store and keeps its answers in memory; stop it, merge, "
-               "and start it again")};
   }
   absl::StatusOr<Store> store = Store::Open(target, /*create=*/true);
   if (!store.ok()) {

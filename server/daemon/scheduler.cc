@@ -724,6 +724,27 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const v1::CancelJobRequest& request) {
   return GetJob(g);
 }
 
+void Scheduler::NoticeOutsideWrites() {
+  constexpr std::int64_t kEveryNs = 200'000'000;
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+  std::int64_t last = outside_checked_ns_.load(std::memory_order_relaxed);
+  if (now - last < kEveryNs ||
+      !outside_checked_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
+    return;
+  }
+  std::unique_lock<std::mutex> rl(read_mu_, std::try_to_lock);
+  if (!rl.owns_lock()) {
+    outside_checked_ns_.store(last, std::memory_order_relaxed);  // look again next call
+    return;
+  }
+  absl::StatusOr<std::int64_t> v = reader_->DataVersion();
+  if (!v.ok()) return;
+  if (data_version_ >= 0 && *v != data_version_) best_generation_.fetch_add(1);
+  data_version_ = *v;
+}
+
 absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest& request,
                                                        std::uint64_t* generation) {
   if (request.kernel().empty()) return absl::InvalidArgumentError("kernel: required");

@@ -90,6 +90,12 @@ class Scheduler {
   // at one generation is current while the generation is unchanged.
   std::uint64_t best_generation() const { return best_generation_.load(); }
 
+  // Notices commits to the store by other processes (a `ktune tune --local`
+  // or a `ktune merge` on this daemon's --db): at most every 200 ms it reads
+  // SQLite's data_version, and a change moves best_generation(). Never
+  // blocks: when the store is busy it looks next time.
+  void NoticeOutsideWrites();
+
  private:
   struct DeviceSlot;
   struct Entry;
@@ -127,6 +133,8 @@ class Scheduler {
   int store_lock_fd_ = -1;
 
   std::atomic<std::uint64_t> best_generation_{0};
+  std::atomic<std::int64_t> outside_checked_ns_{0};  // steady clock
+  std::int64_t data_version_ = -1;                   // under read_mu_
 };
 
 }  // namespace ktune

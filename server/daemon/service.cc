@@ -236,6 +236,7 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
   for (const grpc::Slice& slice : slices) {
     bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
+  scheduler_.NoticeOutsideWrites();
   const std::uint64_t generation = scheduler_.best_generation();
   if (best_answers_.Find(bytes, generation, response)) {
     reactor->Finish(grpc::Status::OK);

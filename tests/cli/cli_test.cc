@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -303,15 +302,6 @@ TEST_F(CliTest, MergeGathersHeadlessStoresOnceAndRefusesWhatItCannotMerge) {
     EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.message));
   }
-  // A daemon serving the store (its lock held) keeps answers in memory.
-  const int lock = open((Db() + ".ktuned-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  ASSERT_GE(lock, 0);
-  ASSERT_EQ(flock(lock, LOCK_EX | LOCK_NB), 0);
-  ASSERT_EQ(write(lock, "4242\n", 5), 5);
-  const RunResult served = Run({"merge", Db("node1.db"), "--db", Db()});
-  close(lock);
-  EXPECT_EQ(served.code, 2);
-  EXPECT_THAT(served.err, HasSubstr("a ktuned (pid 4242) serves this store"));
   EXPECT_EQ(Slurp(Db()), before);
 }
 

@@ -1149,6 +1149,13 @@ absl::StatusOr<std::string> CopyRowsSql(sqlite::Db& db, const std::string& table
 
 }  // namespace
 
+absl::StatusOr<std::int64_t> Store::DataVersion() {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement q, db_.Prepare("PRAGMA data_version"));
+  KTUNE_ASSIGN_OR_RETURN(const bool row, q.Step());
+  if (!row) return absl::InternalError("PRAGMA data_version gave no row");
+  return q.Int(0);
+}
+
 absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
   absl::StatusOr<sqlite::Db> from = sqlite::Db::OpenReadOnly(path);
   if (!from.ok()) return from.status();

@@ -274,6 +274,10 @@ class Store {
   // by both is being run by a live process of this host.
   absl::StatusOr<MergeStats> Merge(const MergeSource& source);
 
+  // SQLite's data_version of this connection: it changes when another
+  // connection (of this process or another) commits to the database.
+  absl::StatusOr<std::int64_t> DataVersion();
+
   // Runs PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity();
 
