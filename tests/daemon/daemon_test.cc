@@ -104,6 +104,18 @@ class DaemonTest : public ::testing::Test {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
   }
 
+  // GetBest's time for the recorded convolution kernel, any problem.
+  double BestConvolutionMs() {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::GetBestRequest req;
+    req.set_kernel("convolution_kernel");
+    v1::GetBestResponse resp;
+    const grpc::Status s = stub_->GetBest(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.best().time_ms();
+  }
+
   grpc::Status Submit(const v1::JobSpec& spec, v1::SubmitJobResponse* out, int priority = 0) {
     grpc::ClientContext ctx;
     Deadline(ctx);
@@ -329,24 +341,14 @@ TEST_F(DaemonTest, EveryWatchEndsEvenAsTheJobEnds) {
 
 TEST_F(DaemonTest, ARememberedBestGivesWayToABetterResult) {
   ASSERT_TRUE(StartDaemon({"--device", kConv}));
-  auto best_ms = [&] {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetBestRequest req;
-    req.set_kernel("convolution_kernel");
-    v1::GetBestResponse resp;
-    const grpc::Status s = stub_->GetBest(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.best().time_ms();
-  };
   v1::SubmitJobResponse small, large;
   ASSERT_TRUE(Submit(Budget(3, 7), &small).ok());
   ASSERT_EQ(Follow(small.job_id()), v1::SUCCEEDED);
-  const double first = best_ms();
-  EXPECT_EQ(best_ms(), first);  // answered again, now from memory
+  const double first = BestConvolutionMs();
+  EXPECT_EQ(BestConvolutionMs(), first);  // answered again, now from memory
   ASSERT_TRUE(Submit(Budget(300, 8), &large).ok());
   ASSERT_EQ(Follow(large.job_id()), v1::SUCCEEDED);
-  const double later = best_ms();
+  const double later = BestConvolutionMs();
   EXPECT_LT(later, first);
   EXPECT_DOUBLE_EQ(later, Get(large.job_id()).best().time_ms());
 }
@@ -557,18 +559,8 @@ TEST_F(DaemonTest, GetBestSeesWhatAnotherProcessStores) {
   ASSERT_TRUE(StartDaemon({"--device", kConv}));
   const RunResult tuned = Cli({"tune", "--max-evals", "8", "--seed", "5", "--wait", "--json"});
   ASSERT_EQ(tuned.code, 0) << tuned.err;
-  auto best_ms = [&] {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetBestRequest req;
-    req.set_kernel("convolution_kernel");
-    v1::GetBestResponse resp;
-    const grpc::Status s = stub_->GetBest(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.best().time_ms();
-  };
-  const double before = best_ms();
-  EXPECT_EQ(best_ms(), before);  // remembered
+  const double before = BestConvolutionMs();
+  EXPECT_EQ(BestConvolutionMs(), before);  // remembered
   // The whole space, measured by a local job into the daemon's store.
   const std::string out = File("local.out"), err = File("local.err");
   ASSERT_EQ(Wait(Spawn(KTUNE_CLI_PATH,
@@ -582,7 +574,7 @@ TEST_F(DaemonTest, GetBestSeesWhatAnotherProcessStores) {
   double after = before;
   for (int i = 0; i < 200 && after != optimum; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    after = best_ms();
+    after = BestConvolutionMs();
   }
   EXPECT_DOUBLE_EQ(after, optimum);
 }
