@@ -11,11 +11,16 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <type_traits>
 
 #include "tests/testing/temp_dir.h"
 
 namespace ktune {
 namespace {
+
+// One owner of the lock file's descriptor.
+static_assert(!std::is_copy_constructible_v<GpuLock>);
+static_assert(!std::is_copy_assignable_v<GpuLock>);
 
 class GpuLockTest : public ::testing::Test {
  protected:

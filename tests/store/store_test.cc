@@ -34,6 +34,12 @@ static_assert(!std::is_copy_constructible_v<sqlite::Db>);
 static_assert(std::is_nothrow_move_constructible_v<sqlite::Statement>);
 static_assert(!std::is_copy_constructible_v<sqlite::Statement>);
 static_assert(!std::is_copy_constructible_v<sqlite::Transaction>);
+// A merge source owns its temporary copy: moved, never copied (a copy's
+// destructor would delete the file under the original).
+static_assert(std::is_nothrow_move_constructible_v<MergeSource>);
+static_assert(std::is_nothrow_move_assignable_v<MergeSource>);
+static_assert(!std::is_copy_constructible_v<MergeSource>);
+static_assert(!std::is_copy_assignable_v<MergeSource>);
 
 class StoreTest : public ::testing::Test {
  protected:

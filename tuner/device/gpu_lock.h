@@ -16,6 +16,8 @@
 
 namespace ktune {
 
+// Not thread-safe: one owner (a CudaDevice) uses it from one thread at a
+// time.
 class GpuLock {
  public:
   // `uuid` names the GPU. Where the lock file cannot be opened the lock

@@ -154,7 +154,8 @@ bool RunByAnotherProcess(const std::string& runner);
 // Another ktune database, copied (SQLite's online backup: a consistent
 // snapshot, even while a job writes to it), checked and migrated to this
 // ktune's schema, ready for Store::Merge. The original is only read. The
-// copy lives in the temporary folder and is removed with this object.
+// copy lives in the temporary folder and is removed with this object, its
+// only owner (move-only). Not thread-safe.
 class MergeSource {
  public:
   // NOT_FOUND (no file), FAILED_PRECONDITION (not SQLite, not a ktune
