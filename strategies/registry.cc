@@ -122,6 +122,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                                [&key = key](const OptionSpec& o) { return key == o.key; });
       if (spec == known.end()) {
         std::vector<std::string> names;
+        names.reserve(known.size());
         for (const OptionSpec& o : known) names.emplace_back(o.key);
         return absl::InvalidArgumentError(
             StrCat("strategy ", name, ": unknown option '", key,

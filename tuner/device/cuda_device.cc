@@ -665,7 +665,7 @@ absl::Status CudaDevice::AddCompanion(const v1::CompanionKernel& ck, int index,
     std::int64_t bytes = 0;
     KTUNE_RETURN_IF_ERROR(constant("launch.shared_memory_bytes", ck.launch().shared_memory_bytes(),
                                    ValueType::kInt, &unused, &bytes));
-    if (bytes < 0 || bytes > 48 * 1024) {
+    if (bytes < 0 || bytes > std::int64_t{48} * 1024) {
       return invalid(StrCat(".launch.shared_memory_bytes: ", bytes, " (0 to 49152)"));
     }
     out->set_shared_memory_bytes(static_cast<std::uint32_t>(bytes));
@@ -958,7 +958,7 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   const auto wait_start = Clock::now();
   future.wait();
   stats_.compile_wait += std::chrono::duration_cast<Millis>(Clock::now() - wait_start);
-  const v1::CompileResult compiled = future.get();
+  const v1::CompileResult& compiled = future.get();  // `future` keeps it alive
   pending_.erase(config);
   if (!compiled.error().empty())
     return absl::InternalError(StrCat("compiling: ", compiled.error()));

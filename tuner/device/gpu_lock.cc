@@ -47,7 +47,7 @@ std::string GpuLock::Directory() {
   return "/tmp";
 }
 
-GpuLock::GpuLock(std::string uuid) {
+GpuLock::GpuLock(const std::string& uuid) {
   // The UUID goes into a file name: keep what is safe there.
   std::string name;
   for (char c : uuid) {

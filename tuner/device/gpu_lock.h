@@ -22,7 +22,7 @@ class GpuLock {
  public:
   // `uuid` names the GPU. Where the lock file cannot be opened the lock
   // does nothing, and says so once on stderr.
-  explicit GpuLock(std::string uuid);
+  explicit GpuLock(const std::string& uuid);
   GpuLock(const GpuLock&) = delete;
   GpuLock& operator=(const GpuLock&) = delete;
   ~GpuLock();
@@ -48,7 +48,7 @@ class GpuLock {
 // Holds a GpuLock for a scope.
 class GpuLockHold {
  public:
-  GpuLockHold(GpuLock& lock, const std::function<void(const std::string&)>& on_wait = {})
+  explicit GpuLockHold(GpuLock& lock, const std::function<void(const std::string&)>& on_wait = {})
       : lock_(lock) {
     lock_.Acquire(on_wait);
   }
