@@ -642,7 +642,8 @@ TEST_F(StoreTest, MergeAddsWhatTheTargetLacksOnceAndLeavesTheSourceAlone) {
 }
 
 TEST_F(StoreTest, MergeInterruptsAJobThatRanThereAndMigratesAnOldSourceCopyOnly) {
-  const std::string source_path = tmp_.File("old.db");
+  // A quote in the name, which the merge's message carries into SQL.
+  const std::string source_path = tmp_.File("node's old.db");
   ASSERT_NO_FATAL_FAILURE(WriteVersionOneStore(source_path, "running"));
   absl::StatusOr<MergeSource> source = MergeSource::Prepare(source_path);
   ASSERT_TRUE(source.ok()) << source.status();

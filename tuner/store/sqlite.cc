@@ -36,13 +36,12 @@ absl::Status Db::Error(std::string_view what, int rc) const {
   }
 }
 
-absl::StatusOr<Db> Db::Open(const std::string& path, bool create) {
+absl::StatusOr<Db> Db::OpenWith(const std::string& path, int flags) {
   sqlite3* raw = nullptr;
-  const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags | SQLITE_OPEN_NOMUTEX, nullptr);
   Db db(raw);  // owns the handle even on failure
   if (rc != SQLITE_OK) {
-    if (!create && (rc & 0xff) == SQLITE_CANTOPEN) {
+    if ((flags & SQLITE_OPEN_CREATE) == 0 && (rc & 0xff) == SQLITE_CANTOPEN) {
       return absl::NotFoundError(StrCat(path, ": no such database"));
     }
     return db.Error(StrCat("opening ", path), rc);
@@ -51,18 +50,12 @@ absl::StatusOr<Db> Db::Open(const std::string& path, bool create) {
   return db;
 }
 
+absl::StatusOr<Db> Db::Open(const std::string& path, bool create) {
+  return OpenWith(path, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0));
+}
+
 absl::StatusOr<Db> Db::OpenReadOnly(const std::string& path) {
-  sqlite3* raw = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
-  Db db(raw);
-  if (rc != SQLITE_OK) {
-    if ((rc & 0xff) == SQLITE_CANTOPEN)
-      return absl::NotFoundError(StrCat(path, ": no such database"));
-    return db.Error(StrCat("opening ", path), rc);
-  }
-  sqlite3_extended_result_codes(raw, 1);
-  return db;
+  return OpenWith(path, SQLITE_OPEN_READONLY);
 }
 
 absl::Status Db::Exec(std::string_view sql) {

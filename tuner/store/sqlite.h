@@ -50,6 +50,8 @@ class Db {
 
  private:
   explicit Db(sqlite3* db) : db_(db) {}
+  // Open and OpenReadOnly: sqlite3_open_v2 with `flags`.
+  static absl::StatusOr<Db> OpenWith(const std::string& path, int flags);
   std::unique_ptr<sqlite3, DbCloser> db_;
 };
 

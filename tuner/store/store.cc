@@ -1113,18 +1113,17 @@ void RemoveDatabaseFiles(const std::string& path) {
   }
 }
 
-// The column names of table `schema`.`table`, in order.
-absl::StatusOr<std::vector<std::string>> ColumnsOf(sqlite::Db& db, const std::string& schema,
-                                                   const std::string& table) {
+// The column names of table main.`table`, in order.
+absl::StatusOr<std::vector<std::string>> ColumnsOf(sqlite::Db& db, const std::string& table) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Statement q,
-                         db.Prepare(StrCat("SELECT name FROM pragma_table_info('", table, "', '",
-                                           schema, "') ORDER BY cid")));
+                         db.Prepare("SELECT name FROM pragma_table_info(?1, 'main') ORDER BY cid"));
+  q.Bind(1, std::string_view(table));
   std::vector<std::string> out;
   KTUNE_RETURN_IF_ERROR(q.ForEachRow([&]() -> absl::Status {
     out.push_back(q.Text(0));
     return absl::OkStatus();
   }));
-  if (out.empty()) return absl::DataLossError(StrCat("no table ", schema, ".", table));
+  if (out.empty()) return absl::DataLossError(StrCat("no table main.", table));
   return out;
 }
 
@@ -1135,7 +1134,7 @@ absl::StatusOr<std::string> CopyRowsSql(sqlite::Db& db, const std::string& table
                                         const std::map<std::string, std::string>& overrides,
                                         const std::vector<std::string>& skip,
                                         const std::string& from) {
-  KTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> columns, ColumnsOf(db, "main", table));
+  KTUNE_ASSIGN_OR_RETURN(const std::vector<std::string> columns, ColumnsOf(db, table));
   std::vector<std::string> names, exprs;
   for (const std::string& c : columns) {
     if (std::find(skip.begin(), skip.end(), c) != skip.end()) continue;
@@ -1188,13 +1187,10 @@ absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
   }
   // The copy is checked and migrated as any store is opened; its messages
   // name the original.
-  int version = 0;
-  {
-    absl::StatusOr<sqlite::Db> checked = OpenMigrated(copy, false, SchemaMigrations(), &version);
-    if (!checked.ok()) {
-      return absl::Status(checked.status().code(),
-                          ReplaceAll(std::string(checked.status().message()), copy, path));
-    }
+  absl::StatusOr<Store> store = Store::Open(copy, false);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        ReplaceAll(std::string(store.status().message()), copy, path));
   }
   // Every row is read as the store's readers will read it once merged, so
   // a damaged or forged source cannot leave the target unreadable.
@@ -1203,8 +1199,6 @@ absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
                                                 ReplaceAll(std::string(s.message()), copy, path),
                                                 "); nothing was changed"));
   };
-  absl::StatusOr<Store> store = Store::Open(copy, false);
-  if (!store.ok()) return damaged(store.status());
   std::vector<std::string> kernels;
   {
     absl::StatusOr<sqlite::Statement> q = store->db_.Prepare("SELECT DISTINCT name FROM kernels");
@@ -1268,8 +1262,12 @@ absl::StatusOr<MergeStats> Store::Merge(const MergeSource& source) {
 absl::StatusOr<MergeStats> Store::MergeAttached(const std::string& source_name) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
   MergeStats stats;
-  auto run = [&](const std::string& sql, std::int64_t* count) -> absl::Status {
+  // Runs `sql` with ?1 bound to `text` when given; adds the rows changed
+  // to *count.
+  auto run = [&](const std::string& sql, std::int64_t* count,
+                 std::optional<std::string_view> text = std::nullopt) -> absl::Status {
     KTUNE_ASSIGN_OR_RETURN(sqlite::Statement st, db_.Prepare(sql));
+    if (text) st.Bind(1, *text);
     KTUNE_RETURN_IF_ERROR(st.Run());
     if (count != nullptr) *count += sqlite3_changes(db_.get());
     return absl::OkStatus();
@@ -1321,11 +1319,6 @@ SELECT id FROM src.jobs WHERE id NOT IN (SELECT id FROM main.jobs))sql",
                             nullptr));
   const std::string interrupted_message =
       StrCat("merged from ", source_name, " while it ran there; run it again to resume it");
-  std::string quoted;
-  for (char c : interrupted_message) {
-    quoted.push_back(c);
-    if (c == '\'') quoted.push_back('\'');
-  }
   KTUNE_ASSIGN_OR_RETURN(
       sql,
       CopyRowsSql(db_, "jobs",
@@ -1336,11 +1329,10 @@ SELECT id FROM src.jobs WHERE id NOT IN (SELECT id FROM main.jobs))sql",
                     "(SELECT dst_id FROM temp.merge_device WHERE src_id = "
                     "s.device_id)"},
                    {"state", "CASE s.state WHEN 'running' THEN 'interrupted' ELSE s.state END"},
-                   {"message",
-                    StrCat("CASE s.state WHEN 'running' THEN '", quoted, "' ELSE s.message END")},
+                   {"message", "CASE s.state WHEN 'running' THEN ?1 ELSE s.message END"},
                    {"runner", "''"}},
                   {}, "src.jobs s WHERE s.id IN (SELECT id FROM temp.merge_new_jobs)"));
-  KTUNE_RETURN_IF_ERROR(run(sql, &stats.jobs_added));
+  KTUNE_RETURN_IF_ERROR(run(sql, &stats.jobs_added, interrupted_message));
   // Measurements by job and configuration, numbered after the job's own.
   KTUNE_RETURN_IF_ERROR(run(R"sql(
 CREATE TEMP TABLE merge_rows AS
@@ -1357,23 +1349,21 @@ JOIN temp.merge_rows r ON r.job_id = s.job_id AND r.config_key = s.config_key)sq
   KTUNE_RETURN_IF_ERROR(run(sql, &stats.measurements));
   // Jobs held by both: their evaluation count, and success there counts.
   const std::string now = NowIso8601();
-  KTUNE_RETURN_IF_ERROR(run(StrCat(R"sql(
+  KTUNE_RETURN_IF_ERROR(run(R"sql(
 UPDATE main.jobs SET evaluations = (SELECT count(*) FROM main.measurements m
                                    WHERE m.job_id = jobs.id),
-                     updated_at = ')sql",
-                                   now, R"sql('
+                     updated_at = ?1
 WHERE id IN (SELECT job_id FROM temp.merge_rows)
-  AND id NOT IN (SELECT id FROM temp.merge_new_jobs))sql"),
-                            &stats.jobs_extended));
-  KTUNE_RETURN_IF_ERROR(run(StrCat(R"sql(
+  AND id NOT IN (SELECT id FROM temp.merge_new_jobs))sql",
+                            &stats.jobs_extended, now));
+  KTUNE_RETURN_IF_ERROR(run(R"sql(
 UPDATE main.jobs SET state = 'succeeded',
                      message = (SELECT s.message FROM src.jobs s WHERE s.id = jobs.id),
-                     updated_at = ')sql",
-                                   now, R"sql('
+                     updated_at = ?1
 WHERE state IN ('queued', 'interrupted', 'failed', 'cancelled')
   AND id IN (SELECT id FROM src.jobs WHERE state = 'succeeded')
-  AND id NOT IN (SELECT id FROM temp.merge_new_jobs))sql"),
-                            nullptr));
+  AND id NOT IN (SELECT id FROM temp.merge_new_jobs))sql",
+                            nullptr, now));
   // The best records, where the source's is better (or the only one).
   KTUNE_RETURN_IF_ERROR(run(R"sql(
 INSERT INTO main.best (kernel_id, device_id, problem, objective, job_id, config_key, config,
