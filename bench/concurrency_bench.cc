@@ -160,10 +160,10 @@ void LoadProfiles(const Flags& f, const testing::TempDir& tmp) {
   std::vector<double> canary, achieved, gbs;
   for (const StoredMeasurement& m : b.measurements) {
     if (!m.measurement.ok()) continue;
-    canary.push_back(m.measurement.conditions.canary_slowdown);
-    achieved.push_back(m.measurement.conditions.load_throughput);
-    auto it = m.measurement.conditions.load_rates.find("bandwidth_gbs");
-    if (it != m.measurement.conditions.load_rates.end()) gbs.push_back(it->second);
+    canary.push_back(m.measurement.conditions.canary_slowdown());
+    achieved.push_back(m.measurement.conditions.load_throughput());
+    auto it = m.measurement.conditions.load_rates().find("bandwidth_gbs");
+    if (it != m.measurement.conditions.load_rates().end()) gbs.push_back(it->second);
   }
   std::printf("  %zu configurations each, brute force (%.1f s isolated, %.1f s under load)\n",
               a.measurements.size(), a.wall_s, b.wall_s);
@@ -173,9 +173,9 @@ void LoadProfiles(const Flags& f, const testing::TempDir& tmp) {
       "  under-load winner  %-12s %.4f ms  %.0f GB/s (canary %.2fx, load got %.0f%% of its "
       "rate, %.0f GB/s)\n",
       wl.key.c_str(), wl.measurement.time.count(), wl.objective.value_or(0),
-      wl.measurement.conditions.canary_slowdown, 100 * wl.measurement.conditions.load_throughput,
-      wl.measurement.conditions.load_rates.count("bandwidth_gbs") != 0
-          ? wl.measurement.conditions.load_rates.at("bandwidth_gbs")
+      wl.measurement.conditions.canary_slowdown(), 100 * wl.measurement.conditions.load_throughput(),
+      wl.measurement.conditions.load_rates().count("bandwidth_gbs") != 0
+          ? wl.measurement.conditions.load_rates().at("bandwidth_gbs")
           : 0.0);
   std::printf(
       "  over all candidates under load: median canary slowdown %.2fx, load achieved "
@@ -210,13 +210,13 @@ void Pipeline(const Flags& f, const testing::TempDir& tmp) {
   // separate copy engines, the largest stage.
   auto show = [&](const char* label, const Measurement& m, const std::string& key) {
     const Conditions& c = m.conditions;
-    const double ideal = std::max(c.h2d_ms + c.d2h_ms, c.kernel_ms);
-    const double engines = std::max({c.h2d_ms, c.d2h_ms, c.kernel_ms});
+    const double ideal = std::max(c.h2d_ms() + c.d2h_ms(), c.kernel_ms());
+    const double engines = std::max({c.h2d_ms(), c.d2h_ms(), c.kernel_ms()});
     std::printf(
         "  %-20s %-11s %8.3f ms %6.1f GB/s  stages %.2f + %.2f + %.2f ms, ideal %.2f ms"
         " (%.2f ms with two copy engines), overlap %.2fx\n",
-        label, key.c_str(), m.time.count(), c.throughput / 1e9, c.h2d_ms, c.kernel_ms, c.d2h_ms,
-        ideal, engines, c.overlap);
+        label, key.c_str(), m.time.count(), c.throughput() / 1e9, c.h2d_ms(), c.kernel_ms(), c.d2h_ms(),
+        ideal, engines, c.overlap());
   };
   show("best", best.measurement, best.key);
   // The baselines, measured now on the same bound device.
@@ -240,8 +240,8 @@ void Pipeline(const Flags& f, const testing::TempDir& tmp) {
     if (pageable_one == 0) pageable_one = m->time.count();
   }
   const Conditions& c = best.measurement.conditions;
-  const double ideal = std::max(c.h2d_ms + c.d2h_ms, c.kernel_ms);
-  const double engines = std::max({c.h2d_ms, c.d2h_ms, c.kernel_ms});
+  const double ideal = std::max(c.h2d_ms() + c.d2h_ms(), c.kernel_ms());
+  const double engines = std::max({c.h2d_ms(), c.d2h_ms(), c.kernel_ms()});
   if (pageable_one > 0) {
     std::printf(
         "  best / one-stream pageable: %.2fx the throughput; best time / ideal %.2f, / "
@@ -271,18 +271,18 @@ void PipelineUnderLoad(const Flags& f, const testing::TempDir& tmp) {
   std::printf("  %zu configurations each, brute force (%.1f s isolated, %.1f s under load)\n",
               a.measurements.size(), a.wall_s, b.wall_s);
   auto rate = [](const Conditions& c, const char* name) {
-    auto it = c.load_rates.find(name);
-    return it == c.load_rates.end() ? 0.0 : it->second;
+    auto it = c.load_rates().find(name);
+    return it == c.load_rates().end() ? 0.0 : it->second;
   };
   std::printf("  isolated winner    %-11s %.3f ms  %.1f GB/s, overlap %.2fx\n", wi.key.c_str(),
-              wi.measurement.time.count(), wi.measurement.conditions.throughput / 1e9,
-              wi.measurement.conditions.overlap);
+              wi.measurement.time.count(), wi.measurement.conditions.throughput() / 1e9,
+              wi.measurement.conditions.overlap());
   const Conditions& lc = wl.measurement.conditions;
   std::printf(
       "  under-load winner  %-11s %.3f ms  %.1f GB/s, overlap %.2fx (canary %.2fx, link canary "
       "%.2fx; the load got %.0f%% of its rate: %.1f GB/s in, %.1f GB/s out)\n",
-      wl.key.c_str(), wl.measurement.time.count(), lc.throughput / 1e9, lc.overlap,
-      lc.canary_slowdown, lc.link_canary_slowdown, 100 * lc.load_throughput, rate(lc, "h2d_gbs"),
+      wl.key.c_str(), wl.measurement.time.count(), lc.throughput() / 1e9, lc.overlap(),
+      lc.canary_slowdown(), lc.link_canary_slowdown(), 100 * lc.load_throughput(), rate(lc, "h2d_gbs"),
       rate(lc, "d2h_gbs"));
   if (const StoredMeasurement* x = Find(b, wi.key)) {
     std::printf("  the isolated winner as measured during the under-load search: %.3f ms\n",
@@ -324,7 +324,7 @@ void TwoGpus(const Flags& f, const testing::TempDir& tmp) {
       const Run r = Tune(job, *device, tmp.File(StrCat("c-", name, "-", pass, ".db")));
       std::map<std::string, int> per_device;
       for (const StoredMeasurement& m : r.measurements)
-        ++per_device[m.measurement.conditions.device];
+        ++per_device[m.measurement.conditions.device()];
       rate[n - 1] = static_cast<double>(r.measurements.size()) / r.wall_s;
       std::printf(
           "  %-6s %s %d GPU(s): %zu configurations in %.2f s = %.1f configs/s, best %s "

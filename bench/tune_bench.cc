@@ -140,7 +140,7 @@ void PrintThroughput(const TuneOutcome& o, double kt_configs_per_s, int cores) {
     if (!m.measurement.ok()) continue;
     ++ok;
     samples += m.measurement.stats.samples;
-    raced += m.measurement.conditions.raced ? 1 : 0;
+    raced += m.measurement.conditions.raced() ? 1 : 0;
   }
   const double limit_s =
       std::max(o.stats.compile_cpu.count() / 1e3 / cores, o.stats.gpu_busy.count() / 1e3);

@@ -1,9 +1,11 @@
 #include "server/cli/output.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "tuner/base/strings.h"
 
@@ -60,32 +62,36 @@ Json JobToJson(const JobRecord& job) {
 // The load profile and what was measured under it; only what applies.
 Json ConditionsJson(const Conditions& c) {
   Json j = Json::MakeObject();
-  std::string kind = v1::LoadProfile::Kind_Name(c.load);
+  // KIND_UNSPECIFIED means isolated.
+  std::string kind = c.load() == v1::LoadProfile::KIND_UNSPECIFIED
+                         ? "isolated"
+                         : v1::LoadProfile::Kind_Name(c.load());
   for (char& ch : kind) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   j.Set("load", kind);
-  if (c.canary_slowdown > 0) j.Set("canary_slowdown", c.canary_slowdown);
-  if (c.link_canary_slowdown > 0) j.Set("link_canary_slowdown", c.link_canary_slowdown);
-  if (c.load_throughput > 0) j.Set("load_throughput", c.load_throughput);
-  if (!c.load_rates.empty()) {
+  if (c.canary_slowdown() > 0) j.Set("canary_slowdown", c.canary_slowdown());
+  if (c.link_canary_slowdown() > 0) j.Set("link_canary_slowdown", c.link_canary_slowdown());
+  if (c.load_throughput() > 0) j.Set("load_throughput", c.load_throughput());
+  if (!c.load_rates().empty()) {
+    const std::map<std::string, double> sorted(c.load_rates().begin(), c.load_rates().end());
     Json rates = Json::MakeObject();
-    for (const auto& [k, v] : c.load_rates) rates.Set(k, v);
+    for (const auto& [k, v] : sorted) rates.Set(k, v);
     j.Set("load_rates", std::move(rates));
   }
-  if (c.instances > 0) j.Set("instances", c.instances);
-  if (c.streams > 0) j.Set("streams", c.streams);
-  if (c.instances > 0 && c.throughput > 0) j.Set("instances_per_s", c.throughput);
-  if (c.overlap > 0) {
-    j.Set("bytes_per_s", c.throughput);
-    j.Set("h2d_ms", c.h2d_ms);
-    j.Set("kernel_ms", c.kernel_ms);
-    j.Set("d2h_ms", c.d2h_ms);
-    j.Set("ideal_ms", std::max(c.h2d_ms + c.d2h_ms, c.kernel_ms));
-    j.Set("overlap", c.overlap);
+  if (c.instances() > 0) j.Set("instances", c.instances());
+  if (c.streams() > 0) j.Set("streams", c.streams());
+  if (c.instances() > 0 && c.throughput() > 0) j.Set("instances_per_s", c.throughput());
+  if (c.overlap() > 0) {
+    j.Set("bytes_per_s", c.throughput());
+    j.Set("h2d_ms", c.h2d_ms());
+    j.Set("kernel_ms", c.kernel_ms());
+    j.Set("d2h_ms", c.d2h_ms());
+    j.Set("ideal_ms", std::max(c.h2d_ms() + c.d2h_ms(), c.kernel_ms()));
+    j.Set("overlap", c.overlap());
   }
-  if (c.input_copies > 1) j.Set("input_copies", c.input_copies);
-  if (!c.device.empty()) j.Set("device", c.device);
-  if (!c.driver.empty()) j.Set("driver", c.driver);
-  if (!c.nvrtc.empty()) j.Set("nvrtc", c.nvrtc);
+  if (c.input_copies() > 1) j.Set("input_copies", c.input_copies());
+  if (!c.device().empty()) j.Set("device", c.device());
+  if (!c.driver().empty()) j.Set("driver", c.driver());
+  if (!c.nvrtc().empty()) j.Set("nvrtc", c.nvrtc());
   return j;
 }
 
@@ -93,32 +99,32 @@ Json ConditionsJson(const Conditions& c) {
 std::string ConditionsText(const Conditions& c) {
   std::string out;
   char buf[160];
-  if (c.load == v1::LoadProfile::UNDER_LOAD) {
-    std::snprintf(buf, sizeof buf, "under load: canary %.2fx", c.canary_slowdown);
+  if (c.load() == v1::LoadProfile::UNDER_LOAD) {
+    std::snprintf(buf, sizeof buf, "under load: canary %.2fx", c.canary_slowdown());
     out += buf;
-    if (c.link_canary_slowdown > 0) {
-      std::snprintf(buf, sizeof buf, ", link canary %.2fx", c.link_canary_slowdown);
+    if (c.link_canary_slowdown() > 0) {
+      std::snprintf(buf, sizeof buf, ", link canary %.2fx", c.link_canary_slowdown());
       out += buf;
     }
-    std::snprintf(buf, sizeof buf, ", load got %.0f%%", 100 * c.load_throughput);
+    std::snprintf(buf, sizeof buf, ", load got %.0f%%", 100 * c.load_throughput());
     out += buf;
   }
-  if (c.instances > 0 && c.throughput > 0) {
-    std::snprintf(buf, sizeof buf, "%d instances / %d streams: %.4g per s", c.instances, c.streams,
-                  c.throughput);
+  if (c.instances() > 0 && c.throughput() > 0) {
+    std::snprintf(buf, sizeof buf, "%d instances / %d streams: %.4g per s", c.instances(),
+                  c.streams(), c.throughput());
     out += buf;
   }
-  if (c.overlap > 0) {
+  if (c.overlap() > 0) {
     std::snprintf(buf, sizeof buf, "%.4g GB/s, overlap %.2fx (stages %.3g + %.3g + %.3g ms)",
-                  c.throughput / 1e9, c.overlap, c.h2d_ms, c.kernel_ms, c.d2h_ms);
+                  c.throughput() / 1e9, c.overlap(), c.h2d_ms(), c.kernel_ms(), c.d2h_ms());
     out += buf;
   }
-  if (c.input_copies > 1) {
+  if (c.input_copies() > 1) {
     std::snprintf(buf, sizeof buf, "%sinputs rotated over %d copies", out.empty() ? "" : ", ",
-                  c.input_copies);
+                  c.input_copies());
     out += buf;
   }
-  if (!c.device.empty()) out += (out.empty() ? "on " : ", on ") + c.device;
+  if (!c.device().empty()) out += (out.empty() ? "on " : ", on ") + c.device();
   return out;
 }
 

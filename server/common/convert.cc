@@ -104,17 +104,6 @@ JobState JobStateFromProto(v1::JobState s) {
   }
 }
 
-v1::CandidateStatus CandidateStatusToProto(CandidateStatus s) {
-  // The enums list the statuses in the same order, the proto's from 1.
-  return static_cast<v1::CandidateStatus>(static_cast<int>(s) + 1);
-}
-
-CandidateStatus CandidateStatusFromProto(v1::CandidateStatus s) {
-  const int i = static_cast<int>(s) - 1;
-  if (i < 0 || i >= kNumCandidateStatuses) return CandidateStatus::kLaunchError;
-  return static_cast<CandidateStatus>(i);
-}
-
 void MeasurementToProto(const StoredMeasurement& m, v1::MeasurementRecord* out) {
   out->set_sequence(m.sequence);
   out->mutable_config()->set_key(m.key);
@@ -141,26 +130,7 @@ void MeasurementToProto(const StoredMeasurement& m, v1::MeasurementRecord* out) 
   out->set_compile_ms(r.compile_time.count());
   out->set_cost_ms(r.cost.count());
   out->set_message(r.message);
-  v1::Conditions* c = out->mutable_conditions();
-  c->set_sm_clock_mhz_before(r.conditions.sm_clock_mhz_before);
-  c->set_sm_clock_mhz_after(r.conditions.sm_clock_mhz_after);
-  c->set_throttled_samples_discarded(r.conditions.throttled_samples_discarded);
-  const Conditions& rc = r.conditions;
-  c->set_load(rc.load);
-  c->set_canary_slowdown(rc.canary_slowdown);
-  c->set_link_canary_slowdown(rc.link_canary_slowdown);
-  c->set_load_throughput(rc.load_throughput);
-  for (const auto& [k, v] : rc.load_rates) (*c->mutable_load_rates())[k] = v;
-  c->set_throughput(rc.throughput);
-  c->set_instances(rc.instances);
-  c->set_streams(rc.streams);
-  c->set_h2d_ms(rc.h2d_ms);
-  c->set_kernel_ms(rc.kernel_ms);
-  c->set_d2h_ms(rc.d2h_ms);
-  c->set_overlap(rc.overlap);
-  c->set_device(rc.device);
-  c->set_driver(rc.driver);
-  c->set_nvrtc(rc.nvrtc);
+  *out->mutable_conditions() = r.conditions;
   TimeToProto(m.measured_at, out->mutable_measured_at());
 }
 
@@ -195,26 +165,7 @@ StoredMeasurement MeasurementFromProto(const v1::MeasurementRecord& m) {
   r.compile_time = Ms(m.compile_ms());
   r.cost = Ms(m.cost_ms());
   r.message = m.message();
-  r.conditions.sm_clock_mhz_before = m.conditions().sm_clock_mhz_before();
-  r.conditions.sm_clock_mhz_after = m.conditions().sm_clock_mhz_after();
-  r.conditions.throttled_samples_discarded = m.conditions().throttled_samples_discarded();
-  const v1::Conditions& mc = m.conditions();
-  r.conditions.load =
-      mc.load() == v1::LoadProfile::KIND_UNSPECIFIED ? v1::LoadProfile::ISOLATED : mc.load();
-  r.conditions.canary_slowdown = mc.canary_slowdown();
-  r.conditions.link_canary_slowdown = mc.link_canary_slowdown();
-  r.conditions.load_throughput = mc.load_throughput();
-  for (const auto& [k, v] : mc.load_rates()) r.conditions.load_rates[k] = v;
-  r.conditions.throughput = mc.throughput();
-  r.conditions.instances = mc.instances();
-  r.conditions.streams = mc.streams();
-  r.conditions.h2d_ms = mc.h2d_ms();
-  r.conditions.kernel_ms = mc.kernel_ms();
-  r.conditions.d2h_ms = mc.d2h_ms();
-  r.conditions.overlap = mc.overlap();
-  r.conditions.device = mc.device();
-  r.conditions.driver = mc.driver();
-  r.conditions.nvrtc = mc.nvrtc();
+  r.conditions = m.conditions();
   out.measured_at = TimeFromProto(m.measured_at());
   return out;
 }

@@ -20,9 +20,6 @@ v1::JobState JobStateToProto(JobState state);
 // UNSPECIFIED reads as queued.
 JobState JobStateFromProto(v1::JobState state);
 
-v1::CandidateStatus CandidateStatusToProto(CandidateStatus status);
-CandidateStatus CandidateStatusFromProto(v1::CandidateStatus status);
-
 void MeasurementToProto(const StoredMeasurement& m, v1::MeasurementRecord* out);
 // The configuration's values come back in parameter order (sorted by name
 // when the message does not say the order).

@@ -156,12 +156,12 @@ TEST_F(GpuTest, LibraryKernelsTuneAndVerify) {
       if (m.measurement.ok()) {
         ++ok;
         EXPECT_GE(m.measurement.stats.samples, 3) << name << " " << key;
-        EXPECT_GT(m.measurement.conditions.gpu_busy.count(), 0) << name << " " << key;
+        EXPECT_GT(m.measurement.conditions.gpu_busy_ms(), 0) << name << " " << key;
       }
       // The toolchain is recorded with every candidate, whatever became of it.
-      EXPECT_THAT(m.measurement.conditions.driver, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
+      EXPECT_THAT(m.measurement.conditions.driver(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
           << name << " " << key;
-      EXPECT_THAT(m.measurement.conditions.nvrtc, ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
+      EXPECT_THAT(m.measurement.conditions.nvrtc(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))
           << name << " " << key;
     }
     EXPECT_GE(ok, 6) << name;
@@ -206,18 +206,18 @@ TEST_F(GpuTest, UnderLoadRecordsTheCanaryAndTheLoad) {
     if (!m.measurement.ok()) continue;
     ++ok;
     const Conditions& c = m.measurement.conditions;
-    EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
-    EXPECT_GT(c.canary_slowdown, 1.0) << key;       // a bandwidth load slows a copy
-    EXPECT_GT(c.link_canary_slowdown, 0.0) << key;  // host copies in the load: measured
-    EXPECT_GT(c.load_throughput, 0.0) << key;
+    EXPECT_EQ(c.load(), v1::LoadProfile::UNDER_LOAD) << key;
+    EXPECT_GT(c.canary_slowdown(), 1.0) << key;       // a bandwidth load slows a copy
+    EXPECT_GT(c.link_canary_slowdown(), 0.0) << key;  // host copies in the load: measured
+    EXPECT_GT(c.load_throughput(), 0.0) << key;
     for (const char* rate :
          {"bandwidth_gbs", "compute_tflops", "h2d_gbs", "d2h_gbs", "companion0_per_s"}) {
-      ASSERT_EQ(c.load_rates.count(rate), 1u) << key << " " << rate;
-      EXPECT_GT(c.load_rates.at(rate), 0.0) << key << " " << rate;
+      ASSERT_EQ(c.load_rates().count(rate), 1u) << key << " " << rate;
+      EXPECT_GT(c.load_rates().at(rate), 0.0) << key << " " << rate;
     }
     std::printf("under load %-10s %.4f ms  canary %.2fx  load %.0f%%  %.0f GB/s  %.1f TFLOP/s\n",
-                key.c_str(), m.measurement.time.count(), c.canary_slowdown, 100 * c.load_throughput,
-                c.load_rates.at("bandwidth_gbs"), c.load_rates.at("compute_tflops"));
+                key.c_str(), m.measurement.time.count(), c.canary_slowdown(), 100 * c.load_throughput(),
+                c.load_rates().at("bandwidth_gbs"), c.load_rates().at("compute_tflops"));
   }
   EXPECT_GE(ok, 4);
 }
@@ -234,10 +234,10 @@ TEST_F(GpuTest, ConcurrentInstancesGiveAThroughput) {
   for (const auto& [key, m] : Measurements(r.job.id)) {
     if (!m.measurement.ok()) continue;
     const Conditions& c = m.measurement.conditions;
-    EXPECT_EQ(c.load, v1::LoadProfile::CONCURRENT);
-    EXPECT_EQ(c.instances, 8);
-    EXPECT_EQ(c.streams, 4);
-    EXPECT_NEAR(c.throughput, 1e3 / m.measurement.time.count(), 1e-6 * c.throughput);
+    EXPECT_EQ(c.load(), v1::LoadProfile::CONCURRENT);
+    EXPECT_EQ(c.instances(), 8);
+    EXPECT_EQ(c.streams(), 4);
+    EXPECT_NEAR(c.throughput(), 1e3 / m.measurement.time.count(), 1e-6 * c.throughput());
   }
 }
 
@@ -251,14 +251,14 @@ TEST_F(GpuTest, PipelineJobsVerifyAndReportTheirStages) {
     if (!m.measurement.ok()) continue;
     ++ok;
     const Conditions& c = m.measurement.conditions;
-    EXPECT_GT(c.h2d_ms, 0) << key;
-    EXPECT_GT(c.kernel_ms, 0) << key;
-    EXPECT_GT(c.d2h_ms, 0) << key;
-    EXPECT_GT(c.overlap, 0) << key;
-    EXPECT_NEAR(c.throughput, 2.0 * 4 * (1 << 24) / (m.measurement.time.count() * 1e-3),
-                1e-6 * c.throughput);
+    EXPECT_GT(c.h2d_ms(), 0) << key;
+    EXPECT_GT(c.kernel_ms(), 0) << key;
+    EXPECT_GT(c.d2h_ms(), 0) << key;
+    EXPECT_GT(c.overlap(), 0) << key;
+    EXPECT_NEAR(c.throughput(), 2.0 * 4 * (1 << 24) / (m.measurement.time.count() * 1e-3),
+                1e-6 * c.throughput());
     std::printf("pipeline %-12s %.3f ms  %.1f GB/s  overlap %.2fx\n", key.c_str(),
-                m.measurement.time.count(), c.throughput / 1e9, c.overlap);
+                m.measurement.time.count(), c.throughput() / 1e9, c.overlap());
   }
   EXPECT_GE(ok, 6);
   // A kernel that writes the wrong values is caught end to end.
@@ -309,16 +309,16 @@ TEST_F(GpuTest, PipelineUnderLoadSharesTheLinkWithTheLoad) {
   for (const auto& [key, m] : Measurements(b.job.id)) {
     ASSERT_TRUE(m.measurement.ok()) << key << ": " << m.measurement.message;
     const Conditions& c = m.measurement.conditions;
-    EXPECT_EQ(c.load, v1::LoadProfile::UNDER_LOAD) << key;
-    EXPECT_GT(c.canary_slowdown, 1.0) << key;
-    EXPECT_GT(c.link_canary_slowdown, 1.0) << key;  // half the link taken each way
-    EXPECT_GT(c.load_throughput, 0.0) << key;
+    EXPECT_EQ(c.load(), v1::LoadProfile::UNDER_LOAD) << key;
+    EXPECT_GT(c.canary_slowdown(), 1.0) << key;
+    EXPECT_GT(c.link_canary_slowdown(), 1.0) << key;  // half the link taken each way
+    EXPECT_GT(c.load_throughput(), 0.0) << key;
     for (const char* rate : {"bandwidth_gbs", "h2d_gbs", "d2h_gbs"}) {
-      ASSERT_EQ(c.load_rates.count(rate), 1u) << key << " " << rate;
-      EXPECT_GT(c.load_rates.at(rate), 0.0) << key << " " << rate;
+      ASSERT_EQ(c.load_rates().count(rate), 1u) << key << " " << rate;
+      EXPECT_GT(c.load_rates().at(rate), 0.0) << key << " " << rate;
     }
-    EXPECT_GT(c.h2d_ms, 0) << key;
-    EXPECT_GT(c.overlap, 0) << key;
+    EXPECT_GT(c.h2d_ms(), 0) << key;
+    EXPECT_GT(c.overlap(), 0) << key;
     if (!alone.count(key)) continue;
     ++compared;
     slower += m.measurement.time.count() > alone[key];
@@ -326,8 +326,8 @@ TEST_F(GpuTest, PipelineUnderLoadSharesTheLinkWithTheLoad) {
         "pipeline %-12s alone %.3f ms, under load %.3f ms (%.2fx)  canary %.2fx  link canary "
         "%.2fx  load %.0f%%  h2d %.1f GB/s  d2h %.1f GB/s\n",
         key.c_str(), alone[key], m.measurement.time.count(),
-        m.measurement.time.count() / alone[key], c.canary_slowdown, c.link_canary_slowdown,
-        100 * c.load_throughput, c.load_rates.at("h2d_gbs"), c.load_rates.at("d2h_gbs"));
+        m.measurement.time.count() / alone[key], c.canary_slowdown(), c.link_canary_slowdown(),
+        100 * c.load_throughput(), c.load_rates().at("h2d_gbs"), c.load_rates().at("d2h_gbs"));
   }
   EXPECT_GE(compared, 4);
   EXPECT_EQ(slower, compared);  // half the link taken each way slows every pinned pipeline
@@ -432,9 +432,9 @@ TEST_F(GpuTest, RotatedInputsVerifyAndSayHowManyCopies) {
       EXPECT_EQ(m.measurement.status, CandidateStatus::kOk) << key << ": " << m.measurement.message;
       // 8 MiB of input: copies until the others span twice the L2.
       if (rotate == 1) {
-        EXPECT_GT(m.measurement.conditions.input_copies, 1) << key;
+        EXPECT_GT(m.measurement.conditions.input_copies(), 1) << key;
       } else {
-        EXPECT_LE(m.measurement.conditions.input_copies, 1) << key;
+        EXPECT_LE(m.measurement.conditions.input_copies(), 1) << key;
       }
     }
     median[rotate] = r.best->measurement.time.count();
@@ -466,7 +466,7 @@ TEST_F(GpuTest, AJobSpreadsOverTwoGpus) {
   std::map<std::string, int> per_device;
   for (const auto& [key, m] : Measurements(r->job.id)) {
     EXPECT_NE(m.measurement.status, CandidateStatus::kWrongResult) << key;
-    ++per_device[m.measurement.conditions.device];
+    ++per_device[m.measurement.conditions.device()];
   }
   EXPECT_GT(per_device["cuda:0"], 0);
   EXPECT_GT(per_device["cuda:1"], 0);

@@ -165,7 +165,7 @@ TEST(DeviceGroupTest, AJobSpreadsOverBothDevicesAndMeasuresEachConfigurationOnce
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), valid);
   std::map<std::string, int> by_device;
-  for (const StoredMeasurement& m : *stored) ++by_device[m.measurement.conditions.device];
+  for (const StoredMeasurement& m : *stored) ++by_device[m.measurement.conditions.device()];
   EXPECT_EQ(by_device.size(), 2u);
   EXPECT_GT(by_device["cuda:0"], 0);
   EXPECT_GT(by_device["cuda:1"], 0);

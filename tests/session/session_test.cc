@@ -297,7 +297,7 @@ TEST_F(SessionTest, FinalContendersAreRemeasuredOnceAndDecideTheBest) {
   ASSERT_TRUE(r->best.has_value());
   EXPECT_NE(r->best->key, "5,3");
   EXPECT_DOUBLE_EQ(r->best->measurement.time.count(), 2.0);
-  EXPECT_TRUE(r->best->measurement.conditions.final_round);
+  EXPECT_TRUE(r->best->measurement.conditions.final_round());
   // The store agrees: the measurement was replaced and the best recomputed.
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
   ASSERT_EQ(best->size(), 1u);
@@ -306,7 +306,7 @@ TEST_F(SessionTest, FinalContendersAreRemeasuredOnceAndDecideTheBest) {
   for (const StoredMeasurement& m : *ms) {
     if (m.key == "5,3") {
       EXPECT_DOUBLE_EQ(m.measurement.time.count(), 3.0);
-      EXPECT_TRUE(m.measurement.conditions.final_round);
+      EXPECT_TRUE(m.measurement.conditions.final_round());
     }
   }
   // Running the job again replays everything and re-measures nothing.

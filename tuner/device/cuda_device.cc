@@ -778,7 +778,7 @@ absl::Status CudaDevice::EnsureWorker() {
     *again.mutable_candidate() = *reference_;
     s = worker_->channel().Send(again);
     if (s.ok()) s = worker_->channel().Receive(&resp, Clock::now() + std::chrono::minutes(5));
-    if (!s.ok() || !resp.has_measurement() || resp.measurement().status() != "ok") {
+    if (!s.ok() || !resp.has_measurement() || resp.measurement().status() != v1::OK) {
       const std::string why = !s.ok()                  ? std::string(s.message())
                               : resp.has_measurement() ? resp.measurement().message()
                                                        : resp.error();
@@ -1002,36 +1002,16 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     failure.cost = m.compile_time;
     return failure;
   }
-  const std::string& status = w->status();
-  m.status = status == "ok"             ? CandidateStatus::kOk
-             : status == "launch_error" ? CandidateStatus::kLaunchError
-             : status == "wrong_result" ? CandidateStatus::kWrongResult
-                                        : CandidateStatus::kRuntimeFault;
+  m.status = CandidateStatusFromProto(w->status());
   m.message = w->message();
   m.cost = m.compile_time + Millis(w->wall_ms());
   Conditions& cond = m.conditions;
-  cond.sm_clock_mhz_before = w->sm_clock_mhz_before();
-  cond.sm_clock_mhz_after = w->sm_clock_mhz_after();
-  cond.throttled_samples_discarded = w->throttled_samples_discarded();
-  cond.launches_per_sample = w->launches_per_sample();
-  cond.input_copies = w->input_copies();
-  cond.raced = w->raced();
-  cond.final_round = final_round;
-  cond.registers = w->registers();
-  cond.static_shared_bytes = w->static_shared_bytes();
-  cond.local_bytes = w->local_bytes();
-  cond.gpu_busy = Millis(w->gpu_busy_ms());
-  cond.load = load_kind_;
-  cond.canary_slowdown = w->canary_slowdown();
-  cond.link_canary_slowdown = w->link_canary_slowdown();
-  cond.load_throughput = w->load_throughput();
-  for (const auto& [name, rate] : w->load_rates()) cond.load_rates[name] = rate;
-  cond.instances = c.instances();
-  cond.streams = c.streams();
-  cond.h2d_ms = w->h2d_ms();
-  cond.kernel_ms = w->kernel_ms();
-  cond.d2h_ms = w->d2h_ms();
-  stats_.gpu_busy += cond.gpu_busy;
+  cond = w->conditions();
+  cond.set_final_round(final_round);
+  cond.set_load(load_kind_);
+  cond.set_instances(c.instances());
+  cond.set_streams(c.streams());
+  stats_.gpu_busy += Millis(cond.gpu_busy_ms());
   stats_.worker_load += Millis(w->load_ms());
   stats_.worker_verify += Millis(w->verify_ms());
   if (m.ok()) {
@@ -1049,10 +1029,10 @@ void CudaDevice::Throughputs(Measurement& m) const {
   const double ms = m.time.count();
   if (!(ms > 0)) return;
   Conditions& c = m.conditions;
-  if (c.instances > 0) c.throughput = 1e3 / ms;  // the time is per instance
+  if (c.instances() > 0) c.set_throughput(1e3 / ms);  // the time is per instance
   if (pipeline_) {
-    c.throughput = 2.0 * static_cast<double>(pipe_bytes_) / (ms * 1e-3);
-    c.overlap = (c.h2d_ms + c.kernel_ms + c.d2h_ms) / ms;
+    c.set_throughput(2.0 * static_cast<double>(pipe_bytes_) / (ms * 1e-3));
+    c.set_overlap((c.h2d_ms() + c.kernel_ms() + c.d2h_ms()) / ms);
   }
 }
 
@@ -1082,8 +1062,8 @@ void CudaDevice::TellWaiting(const std::string& holder) {
 }
 
 void CudaDevice::StampToolchain(Measurement& m) const {
-  m.conditions.driver = info_.driver;
-  m.conditions.nvrtc = nvrtc_version_;
+  m.conditions.set_driver(info_.driver);
+  m.conditions.set_nvrtc(nvrtc_version_);
 }
 
 absl::StatusOr<Measurement> CudaDevice::Evaluate(const Config& config) {
@@ -1111,10 +1091,10 @@ absl::StatusOr<std::vector<Measurement>> CudaDevice::Remeasure(const std::vector
         continue;
       }
       pooled[i].insert(pooled[i].end(), m.samples_ms.begin(), m.samples_ms.end());
-      const Millis busy = out[i].conditions.gpu_busy + m.conditions.gpu_busy;
+      const double busy_ms = out[i].conditions.gpu_busy_ms() + m.conditions.gpu_busy_ms();
       const Millis cost = out[i].cost + m.cost;
       out[i] = std::move(m);
-      out[i].conditions.gpu_busy = busy;
+      out[i].conditions.set_gpu_busy_ms(busy_ms);
       out[i].cost = cost;
     }
   }

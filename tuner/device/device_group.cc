@@ -203,7 +203,7 @@ void DeviceGroup::Loop(std::size_t index) {
     lock.unlock();
     if (best.count() > 0) me.device->NoteBest(best);
     absl::StatusOr<Measurement> m = me.device->Evaluate(config);
-    if (m.ok()) m->conditions.device = me.device->info().id;
+    if (m.ok()) m->conditions.set_device(me.device->info().id);
     lock.lock();
     me.busy = false;
     if (m.ok() && m->ok() && (best_.count() == 0 || m->time < best_)) best_ = m->time;
@@ -238,7 +238,7 @@ absl::StatusOr<std::vector<Measurement>> DeviceGroup::Remeasure(
   lock.unlock();
   absl::StatusOr<std::vector<Measurement>> out = first.Remeasure(configs);
   if (out.ok()) {
-    for (Measurement& m : *out) m.conditions.device = first.info().id;
+    for (Measurement& m : *out) m.conditions.set_device(first.info().id);
   }
   return out;
 }

@@ -20,7 +20,7 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_driver.h"
-#include "tuner/device/device.h"
+#include "tuner/space/measurement.h"
 #include "tuner/device/nvml.h"
 #include "tuner/ipc/subprocess.h"
 #include "tuner/measure/fill.h"
@@ -337,7 +337,7 @@ bool SamplingDone(const std::vector<double>& samples, const v1::WorkerSettings& 
   }
   if (racing && count >= std::max(1, settings.racing_min_samples()) &&
       FirstQuartile(samples) > settings.racing_factor() * best_ms) {
-    out->set_raced(true);
+    out->mutable_conditions()->set_raced(true);
     return true;
   }
   return count >= min_samples && RelativeError(samples) < settings.target_relative_noise();
@@ -397,24 +397,24 @@ struct Ending {
     return out;
   }
   v1::WorkerMeasurement LaunchError(const std::string& message) {
-    out.set_status("launch_error");
+    out.set_status(v1::LAUNCH_ERROR);
     out.set_message(message);
     return Finish();
   }
   v1::WorkerMeasurement Failed(CUresult rc, const char* call, bool launch) {
     const absl::Status st = cuda::Check(api, rc, call);
     if (cuda::IsStickyError(rc)) {
-      out.set_status("runtime_fault");
+      out.set_status(v1::RUNTIME_FAULT);
       out.set_context_lost(true);
     } else {
-      out.set_status(launch ? "launch_error" : "runtime_fault");
+      out.set_status(launch ? v1::LAUNCH_ERROR : v1::RUNTIME_FAULT);
     }
     out.set_message(std::string(st.message()));
     return Finish();
   }
   // Our own failure: start over in a fresh process, to be safe.
   v1::WorkerMeasurement Infra(const absl::Status& st) {
-    out.set_status("runtime_fault");
+    out.set_status(v1::RUNTIME_FAULT);
     out.set_message(std::string(st.message()));
     out.set_context_lost(true);
     return Finish();
@@ -1047,8 +1047,8 @@ class Worker::Loaded {
     if (load_ == nullptr) return absl::OkStatus();
     absl::StatusOr<LoadResult> achieved = std::exchange(load_, nullptr)->Stop();
     if (!achieved.ok()) return achieved.status();
-    out.set_load_throughput(achieved->throughput);
-    for (const auto& [name, rate] : achieved->rates) (*out.mutable_load_rates())[name] = rate;
+    out.mutable_conditions()->set_load_throughput(achieved->throughput);
+    for (const auto& [name, rate] : achieved->rates) (*out.mutable_conditions()->mutable_load_rates())[name] = rate;
     return absl::OkStatus();
   }
 
@@ -1069,11 +1069,11 @@ absl::StatusOr<Worker::Loaded> Worker::StartLoad(v1::WorkerMeasurement& out) {
   Loaded loaded(load_.get());
   absl::StatusOr<double> busy = Canary();
   if (!busy.ok()) return busy.status();
-  out.set_canary_slowdown(*idle > 0 ? *busy / *idle : 0);
+  out.mutable_conditions()->set_canary_slowdown(*idle > 0 ? *busy / *idle : 0);
   if (link) {
     absl::StatusOr<double> busy_link = LinkCanary();
     if (!busy_link.ok()) return busy_link.status();
-    out.set_link_canary_slowdown(*idle_link > 0 ? *busy_link / *idle_link : 0);
+    out.mutable_conditions()->set_link_canary_slowdown(*idle_link > 0 ? *busy_link / *idle_link : 0);
   }
   return loaded;
 }
@@ -1236,7 +1236,7 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
   auto infra = [&](const absl::Status& st) { return end.Infra(st); };
   const int streams = c.streams();
   if (streams < 1 || streams > kMaxStreams || c.chunk_elements() < 1) {
-    out.set_status("launch_error");
+    out.set_status(v1::LAUNCH_ERROR);
     out.set_message(StrCat("the pipeline asks for ", streams, " streams (1 to ", kMaxStreams,
                            ") and chunks of ", c.chunk_elements(), " elements (at least 1)"));
     return finish();
@@ -1251,7 +1251,7 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
     pipe_device_ = cuda::DeviceMemory();
     absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, need);
     if (!m.ok()) {
-      out.set_status("launch_error");
+      out.set_status(v1::LAUNCH_ERROR);
       out.set_message(StrCat("the pipeline's chunk buffers (", need >> 20,
                              " MiB) do not fit: ", m.status().message()));
       return finish();
@@ -1277,9 +1277,9 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
   }
   if (c.make_reference()) {
     pipe_reference_.assign(host_out, host_out + pipe_bytes_);
-    out.set_status("ok");
+    out.set_status(v1::OK);
     out.add_samples_ms(first_ms);
-    out.set_launches_per_sample(1);
+    out.mutable_conditions()->set_launches_per_sample(1);
     return finish();
   }
   if (c.verify() && !pipe_reference_.empty()) {
@@ -1311,7 +1311,7 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
       first = std::min(first, first_bad[static_cast<std::size_t>(t)]);
     }
     if (total_bad > 0) {
-      out.set_status("wrong_result");
+      out.set_status(v1::WRONG_RESULT);
       out.set_message(StrCat(total_bad, " of ", n,
                              " elements of the pipeline's output differ from the reference (atol ",
                              atol, ", rtol ", rtol, "); the first at index ", first, ": ",
@@ -1326,8 +1326,8 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
   if (!loaded.ok()) return infra(loaded.status());
 
   // Samples: whole pipeline runs, end to end.
-  out.set_launches_per_sample(1);
-  out.set_sm_clock_mhz_before(clocks_.clock_mhz());
+  out.mutable_conditions()->set_launches_per_sample(1);
+  out.mutable_conditions()->set_sm_clock_mhz_before(clocks_.clock_mhz());
   std::vector<double> samples;
   double busy = first_ms;
   const int min_samples =
@@ -1370,13 +1370,13 @@ v1::WorkerMeasurement Worker::MeasurePipeline(const v1::WorkerCandidate& c, CUfu
     busy += ms;
   }
   if (auto st = loaded->Finish(out); !st.ok()) return infra(st);
-  out.set_h2d_ms(stage_ms[0]);
-  out.set_kernel_ms(stage_ms[1]);
-  out.set_d2h_ms(stage_ms[2]);
-  out.set_sm_clock_mhz_after(clocks_.clock_mhz());
-  out.set_gpu_busy_ms(busy);
+  out.mutable_conditions()->set_h2d_ms(stage_ms[0]);
+  out.mutable_conditions()->set_kernel_ms(stage_ms[1]);
+  out.mutable_conditions()->set_d2h_ms(stage_ms[2]);
+  out.mutable_conditions()->set_sm_clock_mhz_after(clocks_.clock_mhz());
+  out.mutable_conditions()->set_gpu_busy_ms(busy);
   for (double v : samples) out.add_samples_ms(v);
-  out.set_status("ok");
+  out.set_status(v1::OK);
   return finish();
 }
 
@@ -1409,9 +1409,9 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   api_.cuFuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
   api_.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
   api_.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
-  out.set_registers(regs);
-  out.set_static_shared_bytes(static_shared);
-  out.set_local_bytes(local);
+  out.mutable_conditions()->set_registers(regs);
+  out.mutable_conditions()->set_static_shared_bytes(static_shared);
+  out.mutable_conditions()->set_local_bytes(local);
   const std::uint64_t threads = std::uint64_t{c.block().x()} * c.block().y() * c.block().z();
   if (threads > static_cast<std::uint64_t>(max_threads)) {
     return launch_error(StrCat("the block has ", threads, " threads; this kernel allows at most ",
@@ -1499,7 +1499,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     return cuda_failure(rc, "cuEventElapsedTime", false);
   }
   if (const std::string guard = GuardMessage(); !guard.empty()) {
-    out.set_status("wrong_result");
+    out.set_status(v1::WRONG_RESULT);
     out.set_message(guard);
     return finish();
   }
@@ -1515,16 +1515,16 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     if (CUresult rc = api_.cuStreamSynchronize(s); rc != CUDA_SUCCESS) {
       return cuda_failure(rc, "cuStreamSynchronize", false);
     }
-    out.set_status("ok");
+    out.set_status(v1::OK);
     out.add_samples_ms(first_ms);
-    out.set_launches_per_sample(1);
+    out.mutable_conditions()->set_launches_per_sample(1);
     return finish();
   }
   if (compare) {
     absl::StatusOr<std::string> diff = CompareMessage(s);
     if (!diff.ok()) return infra(diff.status());
     if (!diff->empty()) {
-      out.set_status("wrong_result");
+      out.set_status(v1::WRONG_RESULT);
       out.set_message(*diff);
       return finish();
     }
@@ -1555,7 +1555,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   cuda::GraphExec graph_exec;
   // Rotated inputs change with every launch: plain launches, no graph.
   const bool rotate = rotations_ > 1 && !concurrent;
-  out.set_input_copies(rotate ? rotations_ : 1);
+  out.mutable_conditions()->set_input_copies(rotate ? rotations_ : 1);
   auto capture = [&] {
     if (per_sample <= 1 || !settings.use_graphs() || rotate) return;
     if (CUresult rc = api_.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
@@ -1577,7 +1577,7 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   if (!loaded.ok()) return infra(loaded.status());
 
   // 4. Samples, enqueued kChunk at a time so the GPU never waits on us.
-  out.set_sm_clock_mhz_before(clocks_.clock_mhz());
+  out.mutable_conditions()->set_sm_clock_mhz_before(clocks_.clock_mhz());
   std::vector<double> samples;
   int discarded = 0;
   const int min_samples =
@@ -1671,18 +1671,18 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
     if (static_cast<int>(samples.size()) >= max_samples) break;
     if (SamplingDone(samples, settings, c.best_ms(), racing, min_samples, 1, start, &out)) break;
   }
-  out.set_launches_per_sample(per_sample);
-  out.set_sm_clock_mhz_after(clocks_.clock_mhz());
-  out.set_throttled_samples_discarded(discarded);
-  out.set_gpu_busy_ms(busy);
+  out.mutable_conditions()->set_launches_per_sample(per_sample);
+  out.mutable_conditions()->set_sm_clock_mhz_after(clocks_.clock_mhz());
+  out.mutable_conditions()->set_throttled_samples_discarded(discarded);
+  out.mutable_conditions()->set_gpu_busy_ms(busy);
   if (auto st = loaded->Finish(out); !st.ok()) return infra(st);
   if (samples.empty()) {
-    out.set_status("runtime_fault");
+    out.set_status(v1::RUNTIME_FAULT);
     out.set_message("every sample was taken while the GPU was throttled");
     return finish();
   }
   for (double v : samples) out.add_samples_ms(v);
-  out.set_status("ok");
+  out.set_status(v1::OK);
   return finish();
 }
 

@@ -64,7 +64,7 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
   bool final_round_done = false;
   for (StoredMeasurement& m : previous) {
     next_sequence = std::max(next_sequence, m.sequence + 1);
-    final_round_done = final_round_done || m.measurement.conditions.final_round;
+    final_round_done = final_round_done || m.measurement.conditions.final_round();
     stored.emplace(m.key, std::move(m));
   }
 
@@ -247,13 +247,13 @@ absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& o
     for (std::size_t i = 0; i < contenders.size(); ++i) {
       StoredMeasurement record = by_key.at(space.Key(contenders[i]));
       Measurement m = (*again)[i];
-      m.conditions.final_round = true;
+      m.conditions.set_final_round(true);
       m.compile_time = record.measurement.compile_time;
       m.cost = record.measurement.cost + m.cost;
       if (!m.ok()) {
         // A contender that fails now (it passed before) keeps its first
         // measurement, with the failure noted.
-        record.measurement.conditions.final_round = true;
+        record.measurement.conditions.set_final_round(true);
         record.measurement.message = StrCat("re-measurement failed: ", m.message);
       } else {
         record.objective = job_.objective.Compute(contenders[i], m.time.count());

@@ -19,6 +19,7 @@
 #include "tuner/base/process.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
+#include "tuner/store/codecs.h"
 
 namespace ktune {
 
@@ -136,21 +137,6 @@ SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,
 FROM jobs j JOIN kernels k ON k.id = j.kernel_id
             JOIN devices d ON d.id = j.device_id)sql";
 
-absl::StatusOr<Problem> ProblemFromJson(const std::string& text) {
-  absl::StatusOr<Json> j = ParseJson(text);
-  if (!j.ok() || !j->is_object()) {
-    return absl::DataLossError(StrCat("stored problem is not a JSON object: ", text));
-  }
-  Problem p;
-  for (const auto& [name, v] : j->as_object()) {
-    if (!v.is_int()) {
-      return absl::DataLossError(StrCat("stored problem value of ", name, " is not an integer"));
-    }
-    p[name] = v.as_int();
-  }
-  return p;
-}
-
 // The device columns, selected in this order from `first` on: d.locator,
 // d.name, d.architecture, d.uuid, d.memory_bytes, d.driver,
 // d.multiprocessors, d.simulated.
@@ -165,120 +151,6 @@ DeviceInfo ReadDevice(const sqlite::Statement& s, int first) {
   d.multiprocessors = static_cast<int>(s.Int(first + 6));
   d.simulated = s.Int(first + 7) != 0;
   return d;
-}
-
-std::string ConditionsToJson(const Conditions& c) {
-  Json j = Json::MakeObject();
-  j.Set("sm_clock_mhz_before", c.sm_clock_mhz_before);
-  j.Set("sm_clock_mhz_after", c.sm_clock_mhz_after);
-  j.Set("throttled_samples_discarded", c.throttled_samples_discarded);
-  j.Set("launches_per_sample", c.launches_per_sample);
-  if (c.input_copies > 1) j.Set("input_copies", c.input_copies);
-  j.Set("raced", c.raced);
-  j.Set("final_round", c.final_round);
-  j.Set("registers", c.registers);
-  j.Set("static_shared_bytes", c.static_shared_bytes);
-  j.Set("local_bytes", c.local_bytes);
-  j.Set("gpu_busy_ms", c.gpu_busy.count());
-  // Load profiles and pipelines: only what was measured, so an isolated
-  // measurement's record stays as it was.
-  if (c.load != LoadProfile::ISOLATED) j.Set("load", LoadProfile::Kind_Name(c.load));
-  auto positive = [&](const char* name, double v) {
-    if (v > 0 && std::isfinite(v)) j.Set(name, v);
-  };
-  positive("canary_slowdown", c.canary_slowdown);
-  positive("link_canary_slowdown", c.link_canary_slowdown);
-  positive("load_throughput", c.load_throughput);
-  if (!c.load_rates.empty()) {
-    Json rates = Json::MakeObject();
-    for (const auto& [k, v] : c.load_rates) rates.Set(k, std::isfinite(v) ? v : 0.0);
-    j.Set("load_rates", std::move(rates));
-  }
-  positive("throughput", c.throughput);
-  if (c.instances > 0) j.Set("instances", c.instances);
-  if (c.streams > 0) j.Set("streams", c.streams);
-  positive("h2d_ms", c.h2d_ms);
-  positive("kernel_ms", c.kernel_ms);
-  positive("d2h_ms", c.d2h_ms);
-  positive("overlap", c.overlap);
-  if (!c.device.empty()) j.Set("device", c.device);
-  if (!c.driver.empty()) j.Set("driver", c.driver);
-  if (!c.nvrtc.empty()) j.Set("nvrtc", c.nvrtc);
-  return j.Dump();
-}
-
-Conditions ConditionsFromJson(const std::string& text) {
-  Conditions c;
-  absl::StatusOr<Json> j = ParseJson(text);
-  if (!j.ok() || !j->is_object()) return c;
-  auto integer = [&](const char* name) {
-    const Json* v = j->Find(name);
-    return v != nullptr && v->is_int() ? static_cast<int>(v->as_int()) : 0;
-  };
-  auto boolean = [&](const char* name) {
-    const Json* v = j->Find(name);
-    return v != nullptr && v->is_bool() && v->as_bool();
-  };
-  c.sm_clock_mhz_before = integer("sm_clock_mhz_before");
-  c.sm_clock_mhz_after = integer("sm_clock_mhz_after");
-  c.throttled_samples_discarded = integer("throttled_samples_discarded");
-  c.launches_per_sample = integer("launches_per_sample");
-  c.input_copies = integer("input_copies");
-  c.raced = boolean("raced");
-  c.final_round = boolean("final_round");
-  c.registers = integer("registers");
-  c.static_shared_bytes = integer("static_shared_bytes");
-  c.local_bytes = integer("local_bytes");
-  if (const Json* v = j->Find("gpu_busy_ms"); v != nullptr && v->is_number()) {
-    c.gpu_busy = Millis(v->as_double());
-  }
-  auto number = [&](const char* name) {
-    const Json* v = j->Find(name);
-    return v != nullptr && v->is_number() ? v->as_double() : 0.0;
-  };
-  if (const Json* v = j->Find("load"); v != nullptr && v->is_string()) {
-    LoadProfile::Kind kind;
-    if (LoadProfile::Kind_Parse(v->as_string(), &kind)) c.load = kind;
-  }
-  c.canary_slowdown = number("canary_slowdown");
-  c.link_canary_slowdown = number("link_canary_slowdown");
-  c.load_throughput = number("load_throughput");
-  if (const Json* v = j->Find("load_rates"); v != nullptr && v->is_object()) {
-    for (const auto& [k, r] : v->as_object()) {
-      if (r.is_number()) c.load_rates[k] = r.as_double();
-    }
-  }
-  c.throughput = number("throughput");
-  c.instances = integer("instances");
-  c.streams = integer("streams");
-  c.h2d_ms = number("h2d_ms");
-  c.kernel_ms = number("kernel_ms");
-  c.d2h_ms = number("d2h_ms");
-  c.overlap = number("overlap");
-  auto text_of = [&](const char* name) {
-    const Json* v = j->Find(name);
-    return v != nullptr && v->is_string() ? v->as_string() : std::string();
-  };
-  c.device = text_of("device");
-  c.driver = text_of("driver");
-  c.nvrtc = text_of("nvrtc");
-  return c;
-}
-
-std::string SamplesToJson(const std::vector<double>& samples) {
-  Json a = Json::MakeArray();
-  for (double v : samples) a.Push(v);
-  return a.Dump();
-}
-
-std::vector<double> SamplesFromJson(const std::string& text) {
-  std::vector<double> out;
-  absl::StatusOr<Json> j = ParseJson(text);
-  if (!j.ok() || !j->is_array()) return out;
-  for (const Json& v : j->as_array()) {
-    if (v.is_number()) out.push_back(v.as_double());
-  }
-  return out;
 }
 
 std::optional<double> FiniteOrNull(double v) {
@@ -306,26 +178,6 @@ std::optional<JobState> ParseJobState(std::string_view name) {
     if (name == JobStateName(s)) return s;
   }
   return std::nullopt;
-}
-
-std::string ProblemToJson(const Problem& problem) {
-  Json j = Json::MakeObject();
-  for (const auto& [name, v] : problem) j.Set(name, Json(v));  // map: sorted
-  return j.Dump();
-}
-
-std::string NowIso8601() {
-  const auto now = std::chrono::system_clock::now();
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-  const time_t secs = static_cast<time_t>(ms / 1000);
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
 }
 
 std::span<const Migration> SchemaMigrations() { return kMigrations; }
@@ -821,8 +673,15 @@ absl::StatusOr<std::vector<StoredMeasurement>> Store::LoadMeasurements(const std
     r.cost = Millis(s.Double(16));
     r.message = s.Text(17);
     m.measured_at = s.Text(18);
-    r.conditions = ConditionsFromJson(s.Text(19));
-    r.samples_ms = SamplesFromJson(s.Text(20));
+    auto damaged = [&](const absl::Status& st) {
+      return absl::DataLossError(StrCat("job ", job_id, ": measurement ", m.key, ": ", st.message()));
+    };
+    absl::StatusOr<Conditions> conditions = ConditionsFromJson(s.Text(19));
+    if (!conditions.ok()) return damaged(conditions.status());
+    r.conditions = *std::move(conditions);
+    absl::StatusOr<std::vector<double>> samples = SamplesFromJson(s.Text(20));
+    if (!samples.ok()) return damaged(samples.status());
+    r.samples_ms = *std::move(samples);
     out.push_back(std::move(m));
     return absl::OkStatus();
   });

@@ -17,7 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tuner/device/device.h"
+#include "tuner/space/measurement.h"
+#include "tuner/store/codecs.h"
 #include "tuner/store/sqlite.h"
 
 namespace ktune {
@@ -32,11 +33,6 @@ enum class JobState : std::uint8_t {
 };
 const char* JobStateName(JobState state);  // "queued", "running", ...
 std::optional<JobState> ParseJobState(std::string_view name);
-
-using Problem = std::map<std::string, std::int64_t>;
-
-// Canonical text of a problem: a JSON object with sorted names.
-std::string ProblemToJson(const Problem& problem);
 
 struct JobRecord {
   std::string id;
@@ -302,9 +298,6 @@ class Store {
   struct Statements;
   std::unique_ptr<Statements> stmts_;
 };
-
-// The current UTC time as ISO 8601 with milliseconds.
-std::string NowIso8601();
 
 }  // namespace ktune
 
