@@ -11,11 +11,17 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/job.pb.h"
-#include "server/cli/flags.h"
+#include "server/common/flags.h"
 #include "server/cli/output.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
+
+using flags::Args;
+using flags::CommandSpec;
+using flags::FlagSpec;
+using flags::HelpText;
+using flags::Parse;
 
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "ktune/v1/job.pb.h"
 #include "server/cli/common.h"
-#include "server/cli/flags.h"
+#include "server/common/flags.h"
 #include "server/cli/output.h"
 #include "server/runner/runner.h"
 #include "strategies/registry.h"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "server/cli/flags.h"
+#include "server/common/flags.h"
 #include "server/daemon/scheduler.h"
 #include "server/daemon/service.h"
 #include "server/runner/runner.h"
@@ -35,8 +35,8 @@
 namespace ktune::daemon {
 namespace {
 
-using cli::Args;
-using cli::CommandSpec;
+using flags::Args;
+using flags::CommandSpec;
 
 constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
@@ -101,13 +101,13 @@ absl::StatusOr<std::string> ReadSecret(const std::string& flag, const std::strin
 int Main(int argc, char** argv) {
   std::vector<std::string> all(argv + 1, argv + argc);
   if (std::optional<int> code = RunIfWorker(all, "ktuned")) return *code;
-  absl::StatusOr<Args> args = cli::Parse(kDaemonCommand, all);
+  absl::StatusOr<Args> args = flags::Parse(kDaemonCommand, all);
   if (!args.ok()) {
     std::cerr << "ktuned: " << args.status().message() << "\n";
     return kExitInvalidInput;
   }
   if (args->help()) {
-    std::cout << cli::HelpText(kDaemonCommand);
+    std::cout << flags::HelpText(kDaemonCommand);
     return kExitOk;
   }
   auto invalid = [](const std::string& message) {

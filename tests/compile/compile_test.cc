@@ -11,8 +11,8 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_device.h"
-#include "tuner/device/cuda_driver.h"
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/driver.h"
+#include "tuner/cuda/fill.h"
 #include "tuner/measure/measure_worker.h"
 #include "tuner/session/job.h"
 

@@ -17,7 +17,7 @@
 #include "tuner/base/strings.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/fill.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"

@@ -12,7 +12,7 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/compile/nvrtc.h"
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/fill.h"
 
 namespace ktune {
 namespace {

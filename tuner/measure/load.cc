@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "tuner/base/strings.h"
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/fill.h"
 
 namespace ktune {
 namespace {

@@ -26,7 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/worker.pb.h"
-#include "tuner/device/cuda_driver.h"
+#include "tuner/cuda/driver.h"
 
 namespace ktune {
 

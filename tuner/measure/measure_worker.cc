@@ -19,11 +19,11 @@
 #include "tuner/base/strings.h"
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
-#include "tuner/device/cuda_driver.h"
+#include "tuner/cuda/driver.h"
 #include "tuner/space/measurement.h"
-#include "tuner/device/nvml.h"
+#include "tuner/cuda/nvml.h"
 #include "tuner/ipc/subprocess.h"
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/fill.h"
 #include "tuner/measure/load.h"
 
 namespace ktune {

@@ -1,4 +1,4 @@
-#include "tuner/device/cuda_driver.h"
+#include "tuner/cuda/driver.h"
 
 #include <dlfcn.h>
 

@@ -1,7 +1,7 @@
 // Host-side argument contents: element sizes, seeded fills, conversions to
 // the narrow float formats. Deterministic on every platform.
-#ifndef KTUNE_TUNER_MEASURE_FILL_H_
-#define KTUNE_TUNER_MEASURE_FILL_H_
+#ifndef KTUNE_TUNER_CUDA_FILL_H_
+#define KTUNE_TUNER_CUDA_FILL_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -39,4 +39,4 @@ double ElementAsDouble(v1::ElementType type, const void* data, std::size_t i);
 
 }  // namespace ktune
 
-#endif  // KTUNE_TUNER_MEASURE_FILL_H_
+#endif  // KTUNE_TUNER_CUDA_FILL_H_

@@ -5,8 +5,8 @@
 // Every handle has one move-only owner whose destructor never throws (it
 // logs a failing release). Each call's failure becomes an absl::Status
 // naming the call and the driver's error name.
-#ifndef KTUNE_TUNER_DEVICE_CUDA_DRIVER_H_
-#define KTUNE_TUNER_DEVICE_CUDA_DRIVER_H_
+#ifndef KTUNE_TUNER_CUDA_DRIVER_H_
+#define KTUNE_TUNER_CUDA_DRIVER_H_
 
 #include <cuda.h>
 
@@ -192,4 +192,4 @@ absl::StatusOr<Event> CreateEvent(const Api& api);
 
 }  // namespace ktune::cuda
 
-#endif  // KTUNE_TUNER_DEVICE_CUDA_DRIVER_H_
+#endif  // KTUNE_TUNER_CUDA_DRIVER_H_

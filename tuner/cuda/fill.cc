@@ -1,4 +1,4 @@
-#include "tuner/measure/fill.h"
+#include "tuner/cuda/fill.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Command-line flags: --name VALUE, --name=VALUE, boolean --name, and
 // positional arguments. Every failure names the flag.
-#ifndef KTUNE_SERVER_CLI_FLAGS_H_
-#define KTUNE_SERVER_CLI_FLAGS_H_
+#ifndef KTUNE_SERVER_COMMON_FLAGS_H_
+#define KTUNE_SERVER_COMMON_FLAGS_H_
 
 #include <cstdint>
 #include <map>
@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ktune::cli {
+namespace ktune::flags {
 
 struct FlagSpec {
   std::string name;     // without the leading "--"
@@ -58,6 +58,6 @@ absl::StatusOr<Args> Parse(const CommandSpec& spec, const std::vector<std::strin
 // The --help text of a command.
 std::string HelpText(const CommandSpec& spec);
 
-}  // namespace ktune::cli
+}  // namespace ktune::flags
 
-#endif  // KTUNE_SERVER_CLI_FLAGS_H_
+#endif  // KTUNE_SERVER_COMMON_FLAGS_H_

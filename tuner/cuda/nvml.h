@@ -1,7 +1,7 @@
 // The few NVML calls ktune needs (SM clock, clock-event reasons), loaded at
 // run time from libnvidia-ml.so.1. Optional: without NVML, clocks read 0.
-#ifndef KTUNE_TUNER_DEVICE_NVML_H_
-#define KTUNE_TUNER_DEVICE_NVML_H_
+#ifndef KTUNE_TUNER_CUDA_NVML_H_
+#define KTUNE_TUNER_CUDA_NVML_H_
 
 #include <cstdint>
 #include <string>
@@ -28,4 +28,4 @@ class Nvml {
 
 }  // namespace ktune
 
-#endif  // KTUNE_TUNER_DEVICE_NVML_H_
+#endif  // KTUNE_TUNER_CUDA_NVML_H_

@@ -1,4 +1,4 @@
-#include "server/cli/flags.h"
+#include "server/common/flags.h"
 
 #include <charconv>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "tuner/base/strings.h"
 
-namespace ktune::cli {
+namespace ktune::flags {
 
 std::optional<std::string> Args::Get(const std::string& name) const {
   auto it = values_.find(name);
@@ -138,4 +138,4 @@ std::string HelpText(const CommandSpec& spec) {
   return out;
 }
 
-}  // namespace ktune::cli
+}  // namespace ktune::flags

@@ -1,4 +1,4 @@
-#include "tuner/device/nvml.h"
+#include "tuner/cuda/nvml.h"
 
 #include <dlfcn.h>
 
