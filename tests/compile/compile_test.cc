@@ -13,6 +13,7 @@
 #include "tuner/device/cuda_device.h"
 #include "tuner/cuda/driver.h"
 #include "tuner/cuda/fill.h"
+#include "tuner/measure/helper_kernels.h"
 #include "tuner/measure/measure_worker.h"
 #include "tuner/session/job.h"
 

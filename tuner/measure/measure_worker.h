@@ -19,6 +19,10 @@
 //     early (racing) once the candidate is clearly slower than the best;
 //  6. the SM clock before and after, and samples taken while the GPU was
 //     thermally or hardware throttled are discarded.
+//
+// The parts: worker.h (the protocol for one candidate), buffers.h,
+// verification.h, canary.h and load.h, pipeline.h, clock_sampler.h,
+// sampling_policy.h (when to stop, decided on the CPU), helper_kernels.h.
 #ifndef KTUNE_TUNER_MEASURE_MEASURE_WORKER_H_
 #define KTUNE_TUNER_MEASURE_MEASURE_WORKER_H_
 
@@ -29,9 +33,6 @@ namespace ktune {
 
 // The worker's main loop. Returns the process exit code.
 int RunMeasureWorker(const std::vector<std::string>& args);
-
-// The CUDA source of the worker's own kernels (warm-up, comparison).
-const char* MeasureHelperSource();
 
 }  // namespace ktune
 
