@@ -20,17 +20,11 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/device/device.h"
 #include "tuner/device/gpu_lock.h"
-#include "tuner/expr/expr.h"
-#include "tuner/ipc/subprocess.h"
+#include "tuner/device/job_plan.h"
+#include "tuner/device/kernel_compile.h"
+#include "tuner/device/worker_client.h"
 
 namespace ktune {
-
-// Where the worker program is: a binary that runs RunCompileWorker for
-// "__worker compile" and RunMeasureWorker for "__worker measure" (ktune).
-struct WorkerProgram {
-  std::string path;
-  std::vector<std::string> Argv(const std::string& kind) const { return {path, "__worker", kind}; }
-};
 
 // The GPUs this machine has, asked of a short-lived measurement worker
 // (so the caller never loads the driver). FAILED_PRECONDITION with a plain
@@ -42,14 +36,6 @@ absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerPr
 absl::StatusOr<v1::WorkerDeviceInfo> SelectCudaDevice(
     const std::vector<v1::WorkerDeviceInfo>& devices, const std::string& selector);
 
-// The NVRTC request that compiles `config` of a job: parameters as -D
-// macros (bools as 1/0) or substituted into the name expression of a
-// templated kernel, the spec's options, defines and include paths (relative
-// to `base_dir`), C++17 unless the options name a standard.
-v1::CompileRequest BuildCompileRequest(const v1::JobSpec& spec, const std::string& source,
-                                       const std::string& base_dir, const Space& space,
-                                       const Config& config, const std::string& arch);
-
 struct CudaDeviceOptions {
   WorkerProgram program;
   int compile_workers = 0;  // 0: one per host core
@@ -59,6 +45,8 @@ struct CudaDeviceOptions {
   // A pool shared with other devices (a daemon's jobs share one); null: the
   // device starts its own from the settings above.
   std::shared_ptr<CompilePool> shared_pool;
+  // The watchdog's slack beyond a candidate's time cap and launches.
+  std::chrono::milliseconds watchdog_slack{3000};
 };
 
 // Running totals, for benchmarks and reports.
@@ -94,7 +82,8 @@ class CudaDevice final : public Device {
   bool can_remeasure() const override { return true; }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 
-  const CudaDeviceStats& stats() const { return stats_; }
+  // The totals so far (worker restarts and set-up waits from the worker).
+  CudaDeviceStats stats() const;
 
   // Waits until the worker has opened the GPU (context, helper kernels):
   // the one-time cost a long-running daemon pays before any job.
@@ -109,27 +98,16 @@ class CudaDevice final : public Device {
   CudaDevice() = default;
 
   std::shared_future<v1::CompileResult> CompileFuture(const Config& config);
-  // Starts a worker and asks it to open the GPU (and, when a job is bound,
-  // to set it up), without waiting for the answers.
-  absl::Status StartWorker();
-  absl::Status SendSetup();
-  // A worker that is set up, with the reference made: waits for a set-up
-  // under way, or starts a fresh worker after a death.
-  absl::Status EnsureWorker();
-  // Runs a candidate in the worker under the watchdog. nullopt: the worker
-  // hung or died, and *failure says how the candidate ended.
-  absl::StatusOr<std::optional<v1::WorkerMeasurement>> Run(const v1::WorkerCandidate& candidate,
-                                                           Measurement* failure);
+  // The reference candidate, once its image is compiled (see WorkerClient).
+  absl::StatusOr<std::optional<v1::WorkerCandidate>> Reference();
   absl::StatusOr<Measurement> Measure(const Config& config, bool final_round);
+  // The worker's answer as a measurement of the job.
+  Measurement FromWorker(const v1::WorkerMeasurement& w, const v1::WorkerCandidate& c,
+                         Measurement m, bool final_round);
   // Records the driver's and NVRTC's versions in the measurement.
   void StampToolchain(Measurement& m) const;
   // Says once that another process holds the GPU's lock.
   void TellWaiting(const std::string& holder);
-  absl::Status LaunchFor(const Config& config, v1::WorkerCandidate* c, std::string* why) const;
-  // An under_load companion kernel: compiled, its launch and arguments
-  // resolved against the problem.
-  absl::Status AddCompanion(const v1::CompanionKernel& ck, int index, SymbolTable& symbols,
-                            v1::WorkerCompanion* out);
   // Concurrent and pipeline throughput, and the pipeline's overlap, from
   // the measurement's time.
   void Throughputs(Measurement& m) const;
@@ -142,38 +120,14 @@ class CudaDevice final : public Device {
   std::unique_ptr<GpuLock> gpu_lock_;  // turns with other ktune processes
   bool told_waiting_ = false;
   std::shared_ptr<CompilePool> pool_;
-  std::optional<Subprocess> worker_;
-  bool worker_ready_ = false;  // set up, reference made
-  int worker_starts_ = 0;      // for this job
-  int outstanding_ = 0;        // answers the worker still owes
-  bool bound_ = false;
+  std::unique_ptr<WorkerClient> worker_;
 
   // The bound job.
-  const Space* space_ = nullptr;
-  const v1::JobSpec* spec_ = nullptr;
-  std::string source_;
-  std::string base_dir_;
-  v1::WorkerSetup setup_;
-  std::vector<std::vector<Scalar>> param_scalars_;
-  std::vector<Expr> block_, grid_;
-  std::optional<Expr> shared_bytes_;
-  struct ScalarArg {
-    Expr expr;
-    v1::ElementType type;
-  };
-  std::vector<ScalarArg> scalars_;
+  std::optional<JobPlan> plan_;
   // The candidate that makes the reference, replayed after a restart; its
   // image arrives from the compile pool.
   std::optional<v1::WorkerCandidate> reference_;
-  v1::WorkerCandidate reference_template_;
   std::optional<std::shared_future<v1::CompileResult>> reference_compile_;
-  v1::LoadProfile::Kind load_kind_ = v1::LoadProfile::ISOLATED;
-  std::optional<Expr> instances_, streams_;  // CONCURRENT
-  bool pipeline_ = false;
-  std::optional<Expr> pipe_chunk_, pipe_streams_, pipe_pinned_;
-  std::int64_t pipe_bytes_ = 0;  // the host array
-  Millis kernel_timeout_{0};     // spec's cap per launch; 0: derived
-  double max_candidate_ms_ = 1000;
   double best_ms_ = 0;
   std::unordered_map<Config, std::shared_future<v1::CompileResult>, ConfigHash> pending_;
   std::uint64_t next_id_ = 1;

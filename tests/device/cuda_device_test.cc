@@ -1,0 +1,116 @@
+// The CUDA device's parent side against a fake measurement worker
+// (tests/testing/fake_worker.cc): a worker that hangs, dies, loses its
+// context or answers out of step costs its candidate and a restart, and
+// the job goes on; real NVRTC compiles the candidates.
+#include "tuner/device/cuda_device.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "strategies/registry.h"
+#include "tests/testing/temp_dir.h"
+#include "tuner/session/job.h"
+#include "tuner/session/session.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kSpec[] = R"json({
+  "kernel": {"name": "fill", "code": "extern \"C\" __global__ void fill(float* y, int n) { int i = blockIdx.x * block_size_x + threadIdx.x; if (i < n) y[i] = 1.0f; }"},
+  "parameters": [{"name": "block_size_x", "ints": [32, 64, 96, 128, 256, 512]}],
+  "problem": {"N": 4096},
+  "launch": {"grid": ["ceil_div(N, block_size_x)"]},
+  "arguments": [
+    {"name": "y", "type": "F32", "buffer": {"size": "N", "direction": "OUTPUT"}},
+    {"name": "n", "type": "I32", "scalar": "N"}
+  ],
+  "measurement": {"kernelTimeout": "0.2s", "maxTimePerCandidate": "0.05s"},
+  "strategy": {"name": "brute_force"}
+})json";
+
+class CudaDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("KTUNE_LOCK_DIR", tmp_.path().c_str(), 1);
+    setenv("KTUNE_FAKE_WORKER", "64=hang,96=wrong,128=die,256=lose,512=fault", 1);
+    const WorkerProgram fake{FAKE_WORKER_PATH};
+    absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(fake);
+    ASSERT_TRUE(gpus.ok()) << gpus.status();
+    ASSERT_EQ(gpus->size(), 1u);
+    CudaDeviceOptions o;
+    o.program = fake;
+    o.compile_workers = 2;
+    o.cache_dir = tmp_.File("cubin");
+    o.watchdog_slack = std::chrono::milliseconds(100);
+    absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open((*gpus)[0], o);
+    ASSERT_TRUE(d.ok()) << d.status();
+    device_ = *std::move(d);
+  }
+  void TearDown() override {
+    unsetenv("KTUNE_FAKE_WORKER");
+    unsetenv("KTUNE_LOCK_DIR");
+  }
+
+  testing::TempDir tmp_;
+  std::unique_ptr<CudaDevice> device_;
+};
+
+TEST_F(CudaDeviceTest, AWorkerThatFailsCostsItsCandidateAndTheJobGoesOn) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(kSpec, "fake.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<Job> job = ResolveJob(*spec, tmp_.path());
+  ASSERT_TRUE(job.ok()) << job.status();
+  StrategyOptions so;
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = MakeStrategy("brute_force", *job->space, so);
+  ASSERT_TRUE(strategy.ok());
+  absl::StatusOr<Store> store = Store::Open(tmp_.File("s.db"), true);
+  ASSERT_TRUE(store.ok()) << store.status();
+  Session session(*job, *device_, **strategy, "brute_force");
+  absl::StatusOr<SessionResult> result = session.Run(*store);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->job.state, JobState::kSucceeded);
+
+  absl::StatusOr<std::vector<StoredMeasurement>> stored = store->LoadMeasurements(result->job.id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  std::map<std::string, Measurement> by_key;
+  for (const StoredMeasurement& m : *stored) by_key[m.key] = m.measurement;
+  ASSERT_EQ(by_key.size(), 6u);
+  EXPECT_TRUE(by_key["32"].ok());
+  EXPECT_DOUBLE_EQ(by_key["32"].time.count(), 0.32);
+  EXPECT_EQ(by_key["64"].status, CandidateStatus::kTimeout);
+  EXPECT_THAT(by_key["64"].message, HasSubstr("hung or ran too long"));
+  EXPECT_EQ(by_key["96"].status, CandidateStatus::kRuntimeFault);
+  EXPECT_THAT(by_key["96"].message, HasSubstr("answered out of step"));
+  EXPECT_EQ(by_key["128"].status, CandidateStatus::kRuntimeFault);
+  EXPECT_THAT(by_key["128"].message, HasSubstr("the measurement worker died (killed by signal 9"));
+  EXPECT_EQ(by_key["256"].status, CandidateStatus::kRuntimeFault);
+  EXPECT_THAT(by_key["256"].message, HasSubstr("ILLEGAL_ADDRESS"));
+  EXPECT_EQ(by_key["512"].status, CandidateStatus::kRuntimeFault);
+  EXPECT_THAT(by_key["512"].message, HasSubstr("a fault of the kernel"));
+  // A fresh worker after the hang, the answer out of step, the death and
+  // the lost context (each had a candidate after it); an ordinary fault
+  // keeps its worker.
+  EXPECT_EQ(device_->stats().worker_restarts, 4);
+  EXPECT_EQ(result->best->key, "32");
+}
+
+TEST_F(CudaDeviceTest, TheFakeGpuIsListedAndSelected) {
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
+      ListCudaDevices(WorkerProgram{FAKE_WORKER_PATH});
+  ASSERT_TRUE(gpus.ok());
+  EXPECT_TRUE(SelectCudaDevice(*gpus, "0").ok());
+  EXPECT_TRUE(SelectCudaDevice(*gpus, "GPU-00000000").ok());
+  EXPECT_FALSE(SelectCudaDevice(*gpus, "cuda:3").ok());
+  EXPECT_EQ(device_->info().architecture, "sm_90");
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,128 @@
+// A stand-in for ktune's measurement worker: it speaks the worker protocol
+// (tuner/measure/measure_worker.h) without a GPU, so the parent side
+// (CudaDevice, WorkerClient) is tested on any machine. It reports one GPU,
+// takes any set-up, and answers each candidate by its block's x size:
+//
+//   KTUNE_FAKE_WORKER="64=hang,128=die,256=lose,512=wrong,96=fault"
+//
+//   hang   never answers (until killed)
+//   die    ends at once without answering (SIGKILL)
+//   lose   answers runtime_fault with the CUDA context lost, then exits
+//   wrong  answers for another candidate (out of step)
+//   fault  answers runtime_fault (an ordinary kernel fault)
+//
+// Any other candidate is ok, its samples all block.x / 100 ms. Compile
+// workers ("__worker compile") are the real one: NVRTC runs on any
+// machine.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ktune/v1/worker.pb.h"
+#include "tuner/compile/compile_pool.h"
+#include "tuner/ipc/subprocess.h"
+
+namespace ktune {
+namespace {
+
+std::map<std::uint32_t, std::string> Script() {
+  std::map<std::uint32_t, std::string> out;
+  const char* env = std::getenv("KTUNE_FAKE_WORKER");
+  std::string text = env != nullptr ? env : "";
+  std::size_t at = 0;
+  while (at < text.size()) {
+    std::size_t end = text.find(',', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(at, end - at);
+    const std::size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      out[static_cast<std::uint32_t>(std::stoul(item.substr(0, eq)))] = item.substr(eq + 1);
+    }
+    at = end + 1;
+  }
+  return out;
+}
+
+v1::WorkerDevices Devices() {
+  v1::WorkerDevices out;
+  v1::WorkerDeviceInfo* d = out.add_devices();
+  d->set_ordinal(0);
+  d->set_name("Fake GPU");
+  d->set_uuid("GPU-00000000-0000-0000-0000-00000000fa6e");
+  d->set_major(9);
+  d->set_minor(0);
+  d->set_memory_bytes(std::int64_t{80} << 30);
+  d->set_multiprocessors(132);
+  d->set_l2_bytes(50 << 20);
+  d->set_driver_version(13000);
+  d->set_max_shared_per_block_optin(227 << 10);
+  return out;
+}
+
+int RunFakeMeasureWorker() {
+  DieWithParent();
+  MessageChannel channel = ParentChannel();
+  const std::map<std::uint32_t, std::string> script = Script();
+  while (true) {
+    v1::WorkerRequest request;
+    if (!channel.Receive(&request).ok()) return 0;
+    v1::WorkerResponse response;
+    bool exit_after = false;
+    if (request.has_list_devices()) {
+      *response.mutable_devices() = Devices();
+    } else if (request.has_init_device() || request.has_setup()) {
+      response.set_setup_done("Fake GPU");
+    } else if (request.has_candidate()) {
+      const v1::WorkerCandidate& c = request.candidate();
+      v1::WorkerMeasurement* m = response.mutable_measurement();
+      m->set_id(c.id());
+      auto it = script.find(c.block().x());
+      const std::string action = it != script.end() ? it->second : "";
+      if (action == "hang") {
+        while (true) pause();
+      } else if (action == "die") {
+        raise(SIGKILL);
+      } else if (action == "lose") {
+        m->set_status(v1::RUNTIME_FAULT);
+        m->set_message("CUDA_ERROR_ILLEGAL_ADDRESS (fake)");
+        m->set_context_lost(true);
+        exit_after = true;
+      } else if (action == "wrong") {
+        m->set_id(c.id() + 1000);
+        m->set_status(v1::OK);
+        m->add_samples_ms(1.0);
+      } else if (action == "fault") {
+        m->set_status(v1::RUNTIME_FAULT);
+        m->set_message("a fault of the kernel (fake)");
+      } else {
+        m->set_status(v1::OK);
+        for (int i = 0; i < 10; ++i) m->add_samples_ms(c.block().x() / 100.0);
+        m->mutable_conditions()->set_launches_per_sample(1);
+        m->mutable_conditions()->set_gpu_busy_ms(10 * c.block().x() / 100.0);
+        m->set_wall_ms(1.0);
+      }
+    } else {
+      response.set_error("unknown request");
+    }
+    if (!channel.Send(response).ok()) return 0;
+    if (exit_after) return 3;
+  }
+}
+
+}  // namespace
+}  // namespace ktune
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() >= 2 && args[0] == "__worker" && args[1] == "compile") {
+    return ktune::RunCompileWorker({args.begin() + 2, args.end()});
+  }
+  if (args.size() >= 2 && args[0] == "__worker" && args[1] == "measure") {
+    return ktune::RunFakeMeasureWorker();
+  }
+  return 2;
+}
