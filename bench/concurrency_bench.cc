@@ -79,19 +79,19 @@ struct Run {
 };
 
 Run Tune(const Job& job, Device& device, const std::string& db) {
-  absl::StatusOr<Store> store = Store::Open(db, true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db, true);
   if (!store.ok()) Die(db, store.status());
   absl::StatusOr<BuiltStrategy> strategy = BuildStrategy(job, nullptr, "");
   if (!strategy.ok()) Die("strategy", strategy.status());
   Session session(job, device, *strategy->strategy, strategy->resolved);
   const auto t0 = Clock::now();
   if (absl::Status s = session.Prepare(); !s.ok()) Die(job.kernel_name, s);
-  absl::StatusOr<SessionResult> r = session.Run(*store);
+  absl::StatusOr<SessionResult> r = session.Run(**store);
   Run out;
   out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) Die(job.kernel_name, r.status());
   out.result = *std::move(r);
-  out.measurements = *store->LoadMeasurements(out.result.job.id);
+  out.measurements = *(*store)->LoadMeasurements(out.result.job.id);
   return out;
 }
 

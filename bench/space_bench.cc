@@ -106,7 +106,7 @@ void ReplayThroughStore(const std::string& repo) {
   std::vector<double> rates;
   for (int rep = 0; rep < 3; ++rep) {
     const std::string db = dir + "/r" + std::to_string(rep) + ".db";
-    absl::StatusOr<Store> store = Store::Open(db, true);
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db, true);
     v1::JobSpec overrides;
     overrides.mutable_strategy()->set_name("brute_force");
     absl::StatusOr<Job> job = JobForRecording((*device)->recording(), overrides);
@@ -114,7 +114,7 @@ void ReplayThroughStore(const std::string& repo) {
         MakeStrategy("brute_force", *job->space, {});
     Session session(*job, **device, **strategy, "brute_force");
     const auto t0 = Clock::now();
-    absl::StatusOr<SessionResult> r = session.Run(*store);
+    absl::StatusOr<SessionResult> r = session.Run(**store);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!r.ok()) return;
     rates.push_back(static_cast<double>(r->progress.evaluations) / s);

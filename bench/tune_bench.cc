@@ -103,7 +103,7 @@ TuneOutcome TuneOnce(const Flags& f, const v1::WorkerDeviceInfo& gpu, const std:
     std::exit(1);
   }
   out.open_s = std::chrono::duration<double>(Clock::now() - open_start).count();
-  absl::StatusOr<Store> store = Store::Open(tmp.File(tag + ".db"), true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(tmp.File(tag + ".db"), true);
   auto strategy = MakeStrategy("brute_force", *out.job.space, {});
   Session session(out.job, **device, **strategy, "brute_force");
   // Wall time from the start of the job, set-up (upload, reference) included.
@@ -113,7 +113,7 @@ TuneOutcome TuneOnce(const Flags& f, const v1::WorkerDeviceInfo& gpu, const std:
     std::exit(1);
   }
   out.setup_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  absl::StatusOr<SessionResult> r = session.Run(*store);
+  absl::StatusOr<SessionResult> r = session.Run(**store);
   out.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   if (!r.ok()) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(r.status().message()).c_str());
@@ -127,7 +127,7 @@ TuneOutcome TuneOnce(const Flags& f, const v1::WorkerDeviceInfo& gpu, const std:
     out.best_objective = r->best->objective;
   }
   out.objective_name = out.job.objective.name();
-  out.measurements = *store->LoadMeasurements(r->job.id);
+  out.measurements = *(*store)->LoadMeasurements(r->job.id);
   return out;
 }
 

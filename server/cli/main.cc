@@ -41,6 +41,7 @@
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/session/warm_start.h"
+#include "tuner/store/merge.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
@@ -210,9 +211,9 @@ std::string MainHelp() {
 }
 
 // Opens the store for a command that only reads: the file must exist.
-std::optional<Failure> OpenExistingStore(const Args& args, std::optional<Store>& out) {
+std::optional<Failure> OpenExistingStore(const Args& args, std::unique_ptr<Store>& out) {
   const std::string path = args.Get("db").value_or(DefaultDbPath());
-  absl::StatusOr<Store> store = Store::Open(path, /*create=*/false);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path, /*create=*/false);
   if (!store.ok()) {
     if (store.status().code() == absl::StatusCode::kNotFound ||
         store.status().code() == absl::StatusCode::kFailedPrecondition) {
@@ -220,7 +221,7 @@ std::optional<Failure> OpenExistingStore(const Args& args, std::optional<Store>&
     }
     return Error(store.status());
   }
-  out.emplace(*std::move(store));
+  out = *std::move(store);
   return std::nullopt;
 }
 
@@ -371,7 +372,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
 
   // 6. The store: opened only now, after all input was checked.
   const std::string db_path = args.Get("db").value_or(DefaultDbPath());
-  absl::StatusOr<Store> store = Store::Open(db_path, /*create=*/true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(db_path, /*create=*/true);
   if (!store.ok()) {
     if (store.status().code() == absl::StatusCode::kFailedPrecondition) {
       return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
@@ -383,7 +384,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   // the strategy is rebuilt around it.
   BuiltStrategy warm;
   if (job->warm_start) {
-    absl::StatusOr<BuiltStrategy> rebuilt = BuildStrategy(*job, &*store, session.job_id());
+    absl::StatusOr<BuiltStrategy> rebuilt = BuildStrategy(*job, &**store, session.job_id());
     if (!rebuilt.ok()) return Error(rebuilt.status());
     warm = *std::move(rebuilt);
     if (warm.warm_configurations > 0) {
@@ -406,7 +407,7 @@ std::optional<Failure> RunTune(const Args& args, int* exit_code) {
   SessionOptions so;
   so.stop = &g_stop;
   so.on_progress = [&line](const Progress& p) { line.Update(p); };
-  absl::StatusOr<SessionResult> result = session.Run(*store, so);
+  absl::StatusOr<SessionResult> result = session.Run(**store, so);
   line.Finish();
   if (!result.ok()) return Error(result.status());
 
@@ -447,7 +448,7 @@ std::optional<Failure> RunBest(const Args& args, int* exit_code) {
     if (!parsed.ok()) return InvalidInput(parsed.status());
     problem = *std::move(parsed);
   }
-  std::optional<Store> store;
+  std::unique_ptr<Store> store;
   if (auto f = OpenExistingStore(args, store)) return f;
   absl::StatusOr<std::vector<BestRecord>> found =
       store->FindBest(*kernel, args.Get("device"), problem, args.Get("objective"));
@@ -486,7 +487,7 @@ std::optional<Failure> RunBest(const Args& args, int* exit_code) {
 // ---------------------------------------------------------------- jobs, show
 
 std::optional<Failure> RunJobs(const Args& args, int* exit_code) {
-  std::optional<Store> store;
+  std::unique_ptr<Store> store;
   if (auto f = OpenExistingStore(args, store)) return f;
   absl::StatusOr<std::vector<JobRecord>> jobs = store->ListJobs();
   if (!jobs.ok()) return Error(jobs.status());
@@ -499,7 +500,7 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   if (args.positional().empty()) {
     return Failure{kExitInvalidInput, "ktune show: give a JOB id (see ktune jobs)"};
   }
-  std::optional<Store> store;
+  std::unique_ptr<Store> store;
   if (auto f = OpenExistingStore(args, store)) return f;
   absl::StatusOr<JobRecord> job = store->GetJob(args.positional()[0]);
   if (!job.ok()) {
@@ -546,7 +547,7 @@ std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
     }
     sources.push_back(*std::move(source));
   }
-  absl::StatusOr<Store> store = Store::Open(target, /*create=*/true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(target, /*create=*/true);
   if (!store.ok()) {
     if (store.status().code() == absl::StatusCode::kFailedPrecondition) {
       return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
@@ -557,7 +558,7 @@ std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
   Json out = Json::MakeObject();
   Json merged = Json::MakeArray();
   for (const MergeSource& source : sources) {
-    absl::StatusOr<MergeStats> stats = store->Merge(source);
+    absl::StatusOr<MergeStats> stats = (*store)->Merge(source);
     if (!stats.ok()) {
       return Failure{stats.status().code() == absl::StatusCode::kFailedPrecondition
                          ? kExitInvalidInput

@@ -128,12 +128,12 @@ std::unique_ptr<BestConfigs> BestConfigs::Open(const std::string& database,
     return nullptr;
   };
   if (kernels.empty()) return fail("name at least one kernel");
-  absl::StatusOr<Store> store = Store::Open(database, /*create=*/false);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(database, /*create=*/false);
   if (!store.ok()) return fail(std::string(store.status().message()));
   std::unique_ptr<BestConfigs> out(new BestConfigs());
   for (const std::string& kernel : kernels) {
     absl::StatusOr<std::vector<BestRecord>> found =
-        store->FindBest(kernel, std::nullopt, std::nullopt, std::nullopt);
+        (*store)->FindBest(kernel, std::nullopt, std::nullopt, std::nullopt);
     if (!found.ok()) return fail(std::string(found.status().message()));
     for (BestRecord& b : *found) out->impl_->records.push_back(std::move(b));
   }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "server/common/convert.h"
 #include "strategies/registry.h"
+#include "tuner/base/process.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/device/device_group.h"
@@ -168,9 +169,9 @@ absl::Status Scheduler::Start() {
     }
     devices_.push_back(std::move(slot));
   }
-  absl::StatusOr<Store> store = Store::Open(options_.db_path, /*create=*/true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, /*create=*/true);
   if (!store.ok()) return store.status();
-  reader_ = std::make_unique<Store>(*std::move(store));
+  reader_ = *std::move(store);
 
   // The daemon's unfinished jobs, oldest first.
   absl::StatusOr<std::vector<JobRecord>> jobs = reader_->ListJobs();
@@ -456,7 +457,7 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
   JobState final_state = JobState::kFailed;
   std::string final_message;
 
-  absl::StatusOr<Store> store = Store::Open(options_.db_path, /*create=*/false);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, /*create=*/false);
   if (!store.ok()) {
     failure = StrCat("store: ", store.status().message());
   } else {
@@ -482,7 +483,7 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
       }
     }
     if (failure.empty()) {
-      absl::StatusOr<BuiltStrategy> built = BuildStrategy(e->job, &*store, e->id);
+      absl::StatusOr<BuiltStrategy> built = BuildStrategy(e->job, &**store, e->id);
       if (!built.ok()) {
         failure = StrCat("strategy: ", built.status().message());
       } else {
@@ -527,7 +528,7 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
       if (!prepared.ok()) {
         failure = StrCat("the device cannot run this job: ", prepared.message());
       } else {
-        absl::StatusOr<SessionResult> result = session.Run(*store, so);
+        absl::StatusOr<SessionResult> result = session.Run(**store, so);
         if (!result.ok()) {
           failure = std::string(result.status().message());
         } else {
@@ -557,9 +558,9 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
   if (store.ok()) {
     // A job that another live process runs (a local `ktune tune` of the
     // same job) stays that process's to end.
-    absl::StatusOr<JobRecord> now = store->GetJob(e->id);
+    absl::StatusOr<JobRecord> now = (*store)->GetJob(e->id);
     if (!now.ok() || now->state != JobState::kRunning || !RunByAnotherProcess(now->runner)) {
-      (void)store->SetJobState(e->id, final_state, final_message);
+      (void)(*store)->SetJobState(e->id, final_state, final_message);
     }
   } else {
     std::lock_guard<std::mutex> rl(read_mu_);
@@ -739,7 +740,7 @@ void Scheduler::NoticeOutsideWrites() {
     outside_checked_ns_.store(last, std::memory_order_relaxed);  // look again next call
     return;
   }
-  absl::StatusOr<std::int64_t> v = reader_->DataVersion();
+  absl::StatusOr<std::int64_t> v = reader_->ChangeCount();
   if (!v.ok()) return;
   if (data_version_ >= 0 && *v != data_version_) best_generation_.fetch_add(1);
   data_version_ = *v;

@@ -393,9 +393,9 @@ TEST_F(CliTest, ARunningJobIsNotRunTwiceAndAKilledOneReadsInterrupted) {
   std::string id;
   for (int i = 0; i < 4000 && id.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
     if (!s.ok()) continue;
-    absl::StatusOr<std::vector<JobRecord>> jobs = s->ListJobs();
+    absl::StatusOr<std::vector<JobRecord>> jobs = (*s)->ListJobs();
     if (jobs.ok() && !jobs->empty() && (*jobs)[0].evaluations > 0) id = (*jobs)[0].id;
   }
   ASSERT_FALSE(id.empty());
@@ -434,9 +434,9 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
   std::int64_t seen = 0;
   for (int i = 0; i < 4000 && seen < 50; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
     if (!s.ok()) continue;
-    absl::StatusOr<std::vector<JobRecord>> jobs = s->ListJobs();
+    absl::StatusOr<std::vector<JobRecord>> jobs = (*s)->ListJobs();
     if (jobs.ok() && !jobs->empty()) seen = (*jobs)[0].evaluations;
   }
   kill(pid, SIGKILL);
@@ -446,10 +446,10 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
 
   std::int64_t stored_before = 0;
   {
-    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
     ASSERT_TRUE(s.ok()) << s.status();
-    EXPECT_TRUE(s->CheckIntegrity().ok());
-    stored_before = (*s->ListJobs())[0].evaluations;
+    EXPECT_TRUE((*s)->CheckIntegrity().ok());
+    stored_before = (*(*s)->ListJobs())[0].evaluations;
     ASSERT_LT(stored_before, 600);
   }
   const RunResult resumed = Run(args);
@@ -475,8 +475,8 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
   EXPECT_EQ(std::set<std::string>(got.begin(), got.end()).size(), 600u);
   EXPECT_EQ(got, keys(Db("ref.db"), ref.Find("job_id")->as_string()));
   EXPECT_EQ(j.Find("best")->Dump(), ref.Find("best")->Dump());
-  absl::StatusOr<Store> s = Store::Open(Db(), false);
-  EXPECT_TRUE(s->CheckIntegrity().ok());
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
+  EXPECT_TRUE((*s)->CheckIntegrity().ok());
 }
 
 TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
@@ -594,9 +594,9 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   EXPECT_NE(access((dir_ + "/none.db").c_str(), F_OK), 0);
 
   EXPECT_EQ(Slurp(Db()), db_before);
-  absl::StatusOr<Store> s = Store::Open(Db(), false);
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->ListJobs()->size(), 1u);
+  EXPECT_EQ((*s)->ListJobs()->size(), 1u);
 }
 
 TEST_F(CliTest, WithoutADriverTheGpuCommandsSaySo) {

@@ -491,11 +491,11 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
   EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
   std::vector<std::int64_t> before;
   {
-    absl::StatusOr<Store> s = Store::Open(Db(), false);
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
     ASSERT_TRUE(s.ok());
-    EXPECT_TRUE(s->CheckIntegrity().ok());
+    EXPECT_TRUE((*s)->CheckIntegrity().ok());
     for (const std::string& id : ids) {
-      const JobRecord j = *s->GetJob(id);
+      const JobRecord j = *(*s)->GetJob(id);
       EXPECT_GE(j.evaluations, 5);
       EXPECT_LT(j.evaluations, 60);
       // Its process is gone: not running any more, and the store says so.
@@ -522,10 +522,10 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
                         "10", "--max-evals", "60", "--db", File("ref.db"), "--json"},
                        out, err)),
             0);
-  absl::StatusOr<Store> ref = Store::Open(File("ref.db"), false);
+  absl::StatusOr<std::unique_ptr<Store>> ref = Store::Open(File("ref.db"), false);
   std::vector<std::string> want, got;
   ASSERT_TRUE(ref.ok());
-  const std::vector<StoredMeasurement> ref_ms = *ref->LoadMeasurements((*ref->ListJobs())[0].id);
+  const std::vector<StoredMeasurement> ref_ms = *(*ref)->LoadMeasurements((*(*ref)->ListJobs())[0].id);
   for (const auto& m : ref_ms) want.push_back(m.key);
   const v1::Job first = Get(ids[0], true);
   for (const auto& m : first.measurements()) got.push_back(m.config().key());
@@ -542,9 +542,9 @@ TEST_F(DaemonTest, SigtermInterruptsRunningJobsWhichResumeOnRestart) {
   }
   EXPECT_EQ(Stop(SIGTERM), 0);
   {
-    absl::StatusOr<Store> s = Store::Open(Db(), false);
-    EXPECT_EQ(s->GetJob(a.job_id())->state, JobState::kInterrupted);
-    EXPECT_EQ(s->GetJob(b.job_id())->state, JobState::kQueued);
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
+    EXPECT_EQ((*s)->GetJob(a.job_id())->state, JobState::kInterrupted);
+    EXPECT_EQ((*s)->GetJob(b.job_id())->state, JobState::kQueued);
   }
   ASSERT_TRUE(StartDaemon({"--device", kConv}));
   EXPECT_EQ(Follow(a.job_id()), v1::SUCCEEDED);

@@ -71,14 +71,14 @@ TEST_F(CudaDeviceTest, AWorkerThatFailsCostsItsCandidateAndTheJobGoesOn) {
   StrategyOptions so;
   absl::StatusOr<std::unique_ptr<Strategy>> strategy = MakeStrategy("brute_force", *job->space, so);
   ASSERT_TRUE(strategy.ok());
-  absl::StatusOr<Store> store = Store::Open(tmp_.File("s.db"), true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(tmp_.File("s.db"), true);
   ASSERT_TRUE(store.ok()) << store.status();
   Session session(*job, *device_, **strategy, "brute_force");
-  absl::StatusOr<SessionResult> result = session.Run(*store);
+  absl::StatusOr<SessionResult> result = session.Run(**store);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->job.state, JobState::kSucceeded);
 
-  absl::StatusOr<std::vector<StoredMeasurement>> stored = store->LoadMeasurements(result->job.id);
+  absl::StatusOr<std::vector<StoredMeasurement>> stored = (*store)->LoadMeasurements(result->job.id);
   ASSERT_TRUE(stored.ok()) << stored.status();
   std::map<std::string, Measurement> by_key;
   for (const StoredMeasurement& m : *stored) by_key[m.key] = m.measurement;

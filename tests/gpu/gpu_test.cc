@@ -49,7 +49,7 @@ class GpuTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(gpu_, o);
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *std::move(d);
-    store_ = std::make_unique<Store>(*Store::Open(tmp_.File("gpu.db"), true));
+    store_ = *Store::Open(tmp_.File("gpu.db"), true);
   }
 
   Job LoadJob(const std::string& name, const std::map<std::string, std::int64_t>& problem = {},

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ struct Row {
   int restarts = 0;
   bool one_at_a_time = false;  // as a pipeline is sampled: a pass, a look
 };
+
+void PrintTo(const Row& row, std::ostream* os) { *os << row.name; }
 
 struct Outcome {
   StopReason reason = StopReason::kContinue;

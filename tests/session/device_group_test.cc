@@ -134,13 +134,13 @@ TEST(DeviceGroupTest, AJobSpreadsOverBothDevicesAndMeasuresEachConfigurationOnce
   EXPECT_EQ((*group)->info().uuid, "uuid-cuda:0");
 
   testing::TempDir tmp;
-  absl::StatusOr<Store> store = Store::Open(tmp.File("g.db"), true);
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(tmp.File("g.db"), true);
   ASSERT_TRUE(store.ok());
   const Job job = MakeJob();
   auto strategy = MakeStrategy("brute_force", *job.space, {});
   ASSERT_TRUE(strategy.ok());
   Session session(job, **group, **strategy, "brute_force");
-  absl::StatusOr<SessionResult> r = session.Run(*store);
+  absl::StatusOr<SessionResult> r = session.Run(**store);
   ASSERT_TRUE(r.ok()) << r.status();
 
   const auto valid = static_cast<std::size_t>(job.space->Count().count);
@@ -161,7 +161,7 @@ TEST(DeviceGroupTest, AJobSpreadsOverBothDevicesAndMeasuresEachConfigurationOnce
   EXPECT_EQ(log0.most_inside.load(), 1);
   EXPECT_EQ(log1.most_inside.load(), 1);
   // Each stored measurement names the GPU that took it.
-  absl::StatusOr<std::vector<StoredMeasurement>> stored = store->LoadMeasurements(r->job.id);
+  absl::StatusOr<std::vector<StoredMeasurement>> stored = (*store)->LoadMeasurements(r->job.id);
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), valid);
   std::map<std::string, int> by_device;

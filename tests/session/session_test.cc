@@ -100,7 +100,7 @@ using testing::Range;
 
 class SessionTest : public ::testing::Test {
  protected:
-  void SetUp() override { store_ = std::make_unique<Store>(*Store::Open(tmp_.File("s.db"), true)); }
+  void SetUp() override { store_ = *Store::Open(tmp_.File("s.db"), true); }
 
   static Job MakeJob(const std::string& strategy, std::uint64_t seed, std::int64_t max_evals,
                      double max_seconds = 0) {
@@ -245,7 +245,7 @@ TEST_F(SessionTest, AStopRecordsMeasurementsDoneOutOfOrder) {
   std::vector<std::string> order;
   {
     std::unique_ptr<Store> main = std::move(store_);
-    store_ = std::make_unique<Store>(*Store::Open(tmp_.File("probe.db"), true));
+    store_ = *Store::Open(tmp_.File("probe.db"), true);
     FakeDevice probe;
     absl::StatusOr<SessionResult> all = RunJob(job, probe);
     ASSERT_TRUE(all.ok());

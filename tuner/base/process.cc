@@ -109,4 +109,10 @@ Liveness LivenessOf(const std::string& encoded) {
   return start == named->start_ticks ? Liveness::kAlive : Liveness::kGone;
 }
 
+bool RunByAnotherProcess(const std::string& runner) {
+  const std::optional<ProcessName> self = ThisProcess();
+  return !runner.empty() && (!self || runner != self->Encode()) &&
+         LivenessOf(runner) == Liveness::kAlive;
+}
+
 }  // namespace ktune

@@ -47,6 +47,11 @@ enum class Liveness {
 // Whether the process named by `encoded` (ProcessName::Encode) still runs.
 Liveness LivenessOf(const std::string& encoded);
 
+// Whether `runner` (an encoded ProcessName; empty: none) names a live
+// process of this host other than this one: that process's work is not
+// ours to take over or to end.
+bool RunByAnotherProcess(const std::string& runner);
+
 }  // namespace ktune
 
 #endif  // KTUNE_TUNER_BASE_PROCESS_H_
