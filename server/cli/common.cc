@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "server/common/header.h"
@@ -126,6 +127,33 @@ absl::StatusOr<Problem> ParseProblem(const std::string& text) {
     }
   }
   return p;
+}
+
+std::vector<FlagSpec> WithRemoteFlags(std::vector<FlagSpec> own) {
+  for (const FlagSpec* f : {&kServerFlag, &kTokenFileFlag, &kTlsCaFlag, &kTlsCertFlag, &kTlsKeyFlag,
+                            &kTimeoutFlag, &kJsonFlag}) {
+    own.push_back(*f);
+  }
+  return own;
+}
+
+std::string DefaultDbPath() {
+  const char* env = std::getenv("KTUNE_DB");
+  return env != nullptr && *env != '\0' ? env : "ktune.db";
+}
+
+std::optional<Failure> OpenExistingStore(const Args& args, std::unique_ptr<Store>& out) {
+  const std::string path = args.Get("db").value_or(DefaultDbPath());
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path, /*create=*/false);
+  if (!store.ok()) {
+    if (store.status().code() == absl::StatusCode::kNotFound ||
+        store.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return Failure{kExitInvalidInput, StrCat("--db: ", store.status().message())};
+    }
+    return Error(store.status());
+  }
+  out = *std::move(store);
+  return std::nullopt;
 }
 
 }  // namespace ktune::cli

@@ -5,8 +5,10 @@
 #define KTUNE_SERVER_CLI_COMMON_H_
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,8 +79,19 @@ inline const FlagSpec kTimeoutFlag{
     "deadline of each call in seconds (default 30; --wait and watch: "
     "24 hours for the stream)"};
 
-// Runs `command` against the daemon named by --server.
-std::optional<Failure> RunRemote(const std::string& command, const Args& args, int* exit_code);
+// The flags most commands share.
+inline const FlagSpec kDbFlag{"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"};
+inline const FlagSpec kJsonFlag{"json", "", "print one JSON object on stdout"};
+
+// A command's own flags, then those that reach a daemon, then --json.
+std::vector<FlagSpec> WithRemoteFlags(std::vector<FlagSpec> own);
+
+// --db's default: $KTUNE_DB, else ./ktune.db.
+std::string DefaultDbPath();
+
+// Opens the store for a command that only reads: it must exist. A store
+// that is missing or not a ktune store is invalid input naming --db.
+std::optional<Failure> OpenExistingStore(const Args& args, std::unique_ptr<Store>& out);
 
 }  // namespace ktune::cli
 

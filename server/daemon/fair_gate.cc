@@ -25,6 +25,11 @@ std::size_t FairGate::waiting() const {
   return waiting_.size();
 }
 
+void FairGate::AwaitWaiting(std::size_t n) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return waiting_.size() >= n; });
+}
+
 void FairGate::Member::Acquire() {
   std::unique_lock<std::mutex> lock(gate_.mu_);
   // A job back from a pause (compiling, queued) does not get to spend the
@@ -32,12 +37,13 @@ void FairGate::Member::Acquire() {
   pass_ = std::max(pass_, gate_.virtual_time_);
   const std::pair<double, std::uint64_t> me{pass_, id_};
   gate_.waiting_.insert(me);
+  gate_.cv_.notify_all();  // AwaitWaiting
   for (;;) {
     if (gate_.busy_ || *gate_.waiting_.begin() != me) {
       gate_.cv_.wait(lock);
     } else if (gate_.reserved_for_ != kNobody && gate_.reserved_for_ != id_ &&
-               std::chrono::steady_clock::now() < gate_.reserved_until_) {
-      gate_.cv_.wait_until(lock, gate_.reserved_until_);  // held for a job owed turns
+               gate_.clock_.Now() < gate_.reserved_until_) {
+      gate_.clock_.WaitUntil(gate_.cv_, lock, gate_.reserved_until_);  // held for a job owed turns
     } else {
       break;
     }
@@ -58,7 +64,7 @@ void FairGate::Member::Release() {
     // candidate rather than going to a waiter with more service.
     if (!gate_.waiting_.empty() && gate_.waiting_.begin()->first > pass_) {
       gate_.reserved_for_ = id_;
-      gate_.reserved_until_ = std::chrono::steady_clock::now() + gate_.hold_;
+      gate_.reserved_until_ = gate_.clock_.Now() + gate_.hold_;
     }
   }
   gate_.cv_.notify_all();

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "tuner/base/clock.h"
 #include "tuner/device/device.h"
 
 namespace ktune {
@@ -46,22 +47,29 @@ class FairGate {
     std::int64_t turns_ = 0;
   };
 
-  explicit FairGate(std::chrono::microseconds hold = std::chrono::milliseconds(2)) : hold_(hold) {}
+  // `clock` must outlive the gate.
+  explicit FairGate(std::chrono::microseconds hold = std::chrono::milliseconds(2),
+                    const Clock& clock = Clock::Real())
+      : hold_(hold), clock_(clock) {}
   FairGate(const FairGate&) = delete;
   FairGate& operator=(const FairGate&) = delete;
 
   // Members blocked in Acquire now.
   std::size_t waiting() const;
+  // Blocks until at least `n` members are blocked in Acquire (for tests
+  // that drive members from threads).
+  void AwaitWaiting(std::size_t n) const;
 
  private:
   static constexpr std::uint64_t kNobody = ~std::uint64_t{0};
 
   const std::chrono::microseconds hold_;
+  const Clock& clock_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   bool busy_ = false;
   std::uint64_t reserved_for_ = kNobody;  // a member that is owed the next turn
-  std::chrono::steady_clock::time_point reserved_until_;
+  Clock::TimePoint reserved_until_;
   double virtual_time_ = 0;  // the pass of the latest turn granted
   std::uint64_t next_id_ = 0;
   std::set<std::pair<double, std::uint64_t>> waiting_;

@@ -119,7 +119,7 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
 }
 
 absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
-                                 Device& device) {
+                                 const Device& device) {
   if (spec.has_kernel()) return ResolveJob(spec, base_dir);
   // A group of replays resolves against its first member's recording (the
   // members share one).

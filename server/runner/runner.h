@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
 // strategy, budget and measurement settings. INVALID_ARGUMENT names the
 // field.
 absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
-                                 Device& device);
+                                 const Device& device);
 
 struct BuiltStrategy {
   std::unique_ptr<Strategy> strategy;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "tuner/base/clock.h"
 #include "tuner/device/device_group.h"
 
 namespace ktune {
@@ -27,7 +28,7 @@ class CountingDevice final : public Device {
   absl::Status Bind(const JobBinding&) override { return absl::OkStatus(); }
   absl::StatusOr<Measurement> Evaluate(const Config&) override {
     if (inside_->fetch_add(1) != 0) ++*overlaps_;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    for (int i = 0; i < 50; ++i) std::this_thread::yield();  // a while inside
     inside_->fetch_sub(1);
     Measurement m;
     m.time = Millis(1);
@@ -79,7 +80,7 @@ TEST(FairGateTest, OneHolderAtATime) {
     for (int i = 0; i < 200; ++i) {
       m.Acquire();
       if (inside.fetch_add(1) != 0) ++overlaps;
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      for (int k = 0; k < 20; ++k) std::this_thread::yield();  // a while inside
       inside.fetch_sub(1);
       m.Release();
     }
@@ -114,9 +115,9 @@ TEST(FairGateTest, TheWaiterWithTheLeastServiceForItsWeightGoesFirst) {
     m.Release();
   };
   std::thread first(take, std::ref(light), "light");  // queues first
-  while (gate.waiting() < 1) std::this_thread::yield();
+  gate.AwaitWaiting(1);
   std::thread second(take, std::ref(heavy), "heavy");
-  while (gate.waiting() < 2) std::this_thread::yield();
+  gate.AwaitWaiting(2);
   holder.Release();
   first.join();
   second.join();
@@ -125,34 +126,63 @@ TEST(FairGateTest, TheWaiterWithTheLeastServiceForItsWeightGoesFirst) {
   EXPECT_STREQ(order[1], "light");
 }
 
-TEST(FairGateTest, TwoBusyJobsShareTheGateByTheirWeights) {
-  // Each member does a little work of its own between turns, as a job
-  // stores results and asks its strategy: without the hold they would
-  // alternate whatever their weights.
-  FairGate gate;
-  std::atomic<bool> stop{false};
-  std::atomic<std::int64_t> heavy_turns{0}, light_turns{0};
-  auto run = [&](double weight, std::atomic<std::int64_t>* turns) {
-    FairGate::Member m(gate, weight);
-    while (!stop.load()) {
-      m.Acquire();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));  // the timed region
-      m.Release();
-      ++*turns;
-      if (turns == &heavy_turns && turns->load() == 400) stop.store(true);
-      // Between candidates: CPU work (storing, asking), not a sleep.
-      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    }
-  };
-  std::thread light(run, 1.0, &light_turns);
-  std::thread heavy(run, 4.0, &heavy_turns);
-  heavy.join();
-  light.join();
-  // 4 to 1 by weight; alternating would give 1 to 1.
-  EXPECT_LT(light_turns.load() * 2, heavy_turns.load());
-  EXPECT_GT(light_turns.load(), 0);  // and the light job is not starved
+// A job that releases the gate while still owed turns keeps it for the
+// hold: a job of weight 4 takes four turns for every turn of a job of
+// weight 1 waiting beside it, instead of alternating. Time is a fake
+// clock's: the hold never runs out unless the test says so.
+TEST(FairGateTest, AJobOwedTurnsKeepsTheGateForItsHold) {
+  FakeClock clock;
+  FairGate gate(std::chrono::milliseconds(2), clock);
+  FairGate::Member heavy(gate, 4.0), light(gate, 1.0);
+  light.Acquire();  // the light job is one turn ahead
+  light.Release();
+  heavy.Acquire();
+  std::atomic<bool> light_turn{false};
+  std::thread waiter([&] {
+    light.Acquire();
+    light_turn.store(true);
+    light.Release();
+  });
+  gate.AwaitWaiting(1);
+  for (int turn = 2; turn <= 4; ++turn) {
+    heavy.Release();
+    // Still owed turns: the gate is held for the heavy job, and the light
+    // one waits on the clock (were it not held, it would take the gate and
+    // this wait would never end).
+    clock.AwaitWaiters(1);
+    EXPECT_FALSE(light_turn.load()) << "turn " << turn;
+    heavy.Acquire();
+  }
+  heavy.Release();  // four turns for one: now the light job is due
+  waiter.join();
+  EXPECT_TRUE(light_turn.load());
+  EXPECT_EQ(heavy.turns(), 4);  // weight 4 to 1
+  EXPECT_EQ(light.turns(), 2);
+}
+
+TEST(FairGateTest, AHoldRunsOutWhenItsJobDoesNotComeBack) {
+  FakeClock clock;
+  FairGate gate(std::chrono::milliseconds(2), clock);
+  FairGate::Member heavy(gate, 4.0), light(gate, 1.0);
+  light.Acquire();
+  light.Release();
+  heavy.Acquire();
+  std::atomic<bool> light_turn{false};
+  std::thread waiter([&] {
+    light.Acquire();
+    light_turn.store(true);
+    light.Release();
+  });
+  gate.AwaitWaiting(1);
+  heavy.Release();          // owed turns: the gate is held for it...
+  clock.AwaitWaiters(1);    // ...and the light job waits out the hold
+  EXPECT_FALSE(light_turn.load());
+  clock.Advance(std::chrono::milliseconds(1));
+  clock.AwaitWaiters(1);    // not yet
+  EXPECT_FALSE(light_turn.load());
+  clock.Advance(std::chrono::milliseconds(1));  // the hold is over
+  waiter.join();
+  EXPECT_TRUE(light_turn.load());
 }
 
 }  // namespace

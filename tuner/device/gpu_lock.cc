@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tuner/base/file_lock.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -19,24 +20,6 @@ namespace {
 bool WritableDirectory(const char* path) {
   struct stat st = {};
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode) && access(path, W_OK | X_OK) == 0;
-}
-
-// Opens (creating if needed) a lock file every user of the host can lock.
-// An existing file is opened without O_CREAT: in a sticky folder the
-// kernel may refuse O_CREAT on another user's file (protected_regular).
-int OpenShared(const std::string& path) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0 && errno == EACCES) fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 || errno != ENOENT) return fd;
-    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      (void)fchmod(fd, 0666);  // whatever the umask: others must lock it too
-      return fd;
-    }
-    if (errno != EEXIST) return -1;
-  }
-  return -1;
 }
 
 }  // namespace
@@ -56,45 +39,30 @@ GpuLock::GpuLock(const std::string& uuid) {
     name.push_back(safe ? c : '_');
   }
   path_ = StrCat(Directory(), "/ktune-gpu-", name, ".lock");
-  fd_ = OpenShared(path_);
-  if (fd_ < 0) {
+  absl::StatusOr<FileLock> lock = FileLock::Open(path_, FileLock::Access::kShared);
+  if (!lock.ok()) {
     std::fprintf(stderr,
-                 "ktune: cannot open %s (%s): evaluations on this GPU do not take turns with other "
-                 "ktune processes (set KTUNE_LOCK_DIR to a folder every user can write)\n",
-                 path_.c_str(), std::strerror(errno));
+                 "ktune: %s: evaluations on this GPU do not take turns with other ktune "
+                 "processes (set KTUNE_LOCK_DIR to a folder every user can write)\n",
+                 std::string(lock.status().message()).c_str());
+    return;
   }
+  lock_.emplace(*std::move(lock));
 }
 
-GpuLock::~GpuLock() {
-  if (fd_ >= 0) close(fd_);  // drops the lock if still held
-}
+GpuLock::~GpuLock() = default;
 
 void GpuLock::Acquire(const std::function<void(const std::string& holder)>& on_wait) {
-  if (fd_ < 0 || depth_++ > 0) return;
-  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK && on_wait) {
-      char buf[32] = {};
-      const ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
-      std::string holder;
-      for (ssize_t i = 0; i < n; ++i) {
-        if (buf[i] >= '0' && buf[i] <= '9') holder.push_back(buf[i]);
-      }
-      on_wait(holder);
-    }
-    while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
-    }
-  }
-  // The holder's pid, for a waiter's message (the file may be read-only
-  // to this user: then waiters are not told who holds it).
-  const std::string me = StrCat(getpid(), "\n");
-  if (pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size())) {
-    (void)ftruncate(fd_, static_cast<off_t>(me.size()));
+  if (!lock_ || depth_++ > 0) return;
+  if (!lock_->TryLock()) {
+    if (on_wait) on_wait(lock_->Holder());
+    lock_->Lock();
   }
 }
 
 void GpuLock::Release() {
-  if (fd_ < 0 || depth_ == 0 || --depth_ > 0) return;
-  flock(fd_, LOCK_UN);
+  if (!lock_ || depth_ == 0 || --depth_ > 0) return;
+  lock_->Unlock();
 }
 
 }  // namespace ktune

@@ -12,7 +12,10 @@
 #define KTUNE_TUNER_DEVICE_GPU_LOCK_H_
 
 #include <functional>
+#include <optional>
 #include <string>
+
+#include "tuner/base/file_lock.h"
 
 namespace ktune {
 
@@ -34,14 +37,14 @@ class GpuLock {
   void Release();
 
   const std::string& path() const { return path_; }
-  bool usable() const { return fd_ >= 0; }
+  bool usable() const { return lock_.has_value(); }
 
   // The folder of the lock files.
   static std::string Directory();
 
  private:
   std::string path_;
-  int fd_ = -1;
+  std::optional<FileLock> lock_;  // none: the file could not be opened
   int depth_ = 0;
 };
 

@@ -49,239 +49,297 @@ absl::Status Session::Prepare() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& options) {
-  const Space& space = *job_.space;
-  KTUNE_RETURN_IF_ERROR(Prepare());
+// The state of one Run, and its steps. Lives for one call of Run.
+class Session::Running {
+ public:
+  Running(Session& session, Store& store, const SessionOptions& options)
+      : s_(session),
+        space_(*session.job_.space),
+        store_(store),
+        options_(options),
+        clock_(options.clock != nullptr ? *options.clock : Clock::Real()),
+        replay_(session.device_.replays_recorded_time()),
+        start_(clock_.Now()),
+        batch_(static_cast<std::size_t>(std::max(1, session.job_.batch_size))),
+        depth_(std::max(batch_, static_cast<std::size_t>(session.device_.pipeline_depth()))) {}
 
-  const JobRecord rec = MakeJobRecord(job_, device_.info());
-  SessionResult result;
-  result.resolved_strategy = resolved_strategy_;
-  KTUNE_RETURN_IF_ERROR(store.StartJob(rec, &result.resumed).status());
+  absl::StatusOr<SessionResult> Run();
 
-  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous, store.LoadMeasurements(job_id_));
-  std::unordered_map<std::string, StoredMeasurement> stored;
-  std::int64_t next_sequence = 0;
-  bool final_round_done = false;
-  for (StoredMeasurement& m : previous) {
-    next_sequence = std::max(next_sequence, m.sequence + 1);
-    final_round_done = final_round_done || m.measurement.conditions.final_round();
-    stored.emplace(m.key, std::move(m));
-  }
-
-  // On failure of the device or the store, record why (if the store still
-  // works) and give the error to the caller.
-  auto fail = [&](const absl::Status& s) {
-    (void)store.SetJobState(job_id_, JobState::kFailed, std::string(s.message()));
+ private:
+  // Records why the job failed (if the store still works) and passes the
+  // error on.
+  absl::Status Fail(const absl::Status& s) {
+    (void)store_.SetJobState(s_.job_id_, JobState::kFailed, std::string(s.message()));
     return s;
-  };
+  }
+  absl::Status Start();
+  // The budget that is spent, or nullptr.
+  const char* OutOfBudget() const;
+  Millis Charged() const;
+  // On a stop, measurements that finished meanwhile (on another GPU of a
+  // job spread over several) are still recorded, in the order they were
+  // asked; false when none is left to record.
+  bool NextFinishedWhileStopping();
+  // Keeps the strategy's batches coming while the queue has room.
+  absl::Status AskAhead(bool stopping);
+  // Evaluates `config` (or takes it from the store) and tells the strategy.
+  absl::Status Evaluate(const Config& config);
+  // The final contenders, re-measured interleaved before one is declared
+  // best (on devices that measure; once per job).
+  absl::Status FinalRound();
+  void Report();
 
-  Progress& progress = result.progress;
-  progress.max_evaluations = job_.max_evaluations;
-  progress.max_time = job_.max_time;
-  const bool replay = device_.replays_recorded_time();
-  const auto start = std::chrono::steady_clock::now();
-  Millis replayed_cost{0};  // stored candidates' cost, charged again
-  Millis new_cost{0};       // this run's candidates' recorded cost
-  auto charged = [&] {
-    if (replay) return replayed_cost + new_cost;
-    return replayed_cost +
-           std::chrono::duration_cast<Millis>(std::chrono::steady_clock::now() - start);
-  };
-  double best_loss = std::numeric_limits<double>::infinity();
-  std::unordered_set<std::string> evaluated;
+  Session& s_;
+  const Space& space_;
+  Store& store_;
+  const SessionOptions& options_;
+  const Clock& clock_;
+  const bool replay_;
+  const Clock::TimePoint start_;
+  const std::size_t batch_;
+  const std::size_t depth_;
+
+  SessionResult result_;
+  std::unordered_map<std::string, StoredMeasurement> stored_;
+  std::int64_t next_sequence_ = 0;
+  bool final_round_done_ = false;
+  Millis replayed_cost_{0};  // stored candidates' cost, charged again
+  Millis new_cost_{0};       // this run's candidates' recorded cost
+  double best_loss_ = std::numeric_limits<double>::infinity();
+  std::unordered_set<std::string> evaluated_;
   // Ok measurements of this run by loss, for the final contenders.
-  std::vector<std::pair<double, Config>> ranked;
-  bool interrupted = false;
-
-  auto out_of_budget = [&]() -> const char* {
-    if (job_.max_evaluations > 0 && progress.evaluations >= job_.max_evaluations) {
-      return "evaluation budget spent";
-    }
-    if (job_.max_time.count() > 0 && charged() >= job_.max_time) return "time budget spent";
-    return nullptr;
-  };
-  auto stop_requested = [&] { return options.stop != nullptr && options.stop->load(); };
-
+  std::vector<std::pair<double, Config>> ranked_;
+  bool interrupted_ = false;
   // Configurations asked but not yet evaluated. The device may want several
   // in flight (compiling while the GPU measures); the strategy is asked in
   // whole batches, so with a depth of one batch this is plain ask/tell.
-  std::deque<Config> queue;
-  const auto batch = static_cast<std::size_t>(std::max(1, job_.batch_size));
-  const std::size_t depth = std::max(batch, static_cast<std::size_t>(device_.pipeline_depth()));
-  std::int64_t asked = 0;
-  bool exhausted = false;
+  std::deque<Config> queue_;
+  std::int64_t asked_ = 0;
+  bool exhausted_ = false;
+};
 
-  while (true) {
-    // Stopping: measurements that finished meanwhile (on another GPU of a
-    // job spread over several) are still recorded, in the order they were
-    // asked, whichever finished first; the rest are left for a resume.
-    const bool stopping = stop_requested();
-    if (stopping) {
-      auto done = std::find_if(queue.begin(), queue.end(),
-                               [&](const Config& c) { return device_.Ready(c); });
-      if (done == queue.end()) {
-        interrupted = true;
-        result.end_reason = "interrupted";
-        break;
-      }
-      if (done != queue.begin()) {
-        Config c = std::move(*done);
-        queue.erase(done);
-        queue.push_front(std::move(c));
-      }
+absl::Status Session::Running::Start() {
+  const JobRecord rec = MakeJobRecord(s_.job_, s_.device_.info());
+  result_.resolved_strategy = s_.resolved_strategy_;
+  KTUNE_RETURN_IF_ERROR(store_.StartJob(rec, &result_.resumed).status());
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous,
+                         store_.LoadMeasurements(s_.job_id_));
+  for (StoredMeasurement& m : previous) {
+    next_sequence_ = std::max(next_sequence_, m.sequence + 1);
+    final_round_done_ = final_round_done_ || m.measurement.conditions.final_round();
+    stored_.emplace(m.key, std::move(m));
+  }
+  result_.progress.max_evaluations = s_.job_.max_evaluations;
+  result_.progress.max_time = s_.job_.max_time;
+  return absl::OkStatus();
+}
+
+Millis Session::Running::Charged() const {
+  if (replay_) return replayed_cost_ + new_cost_;
+  return replayed_cost_ + std::chrono::duration_cast<Millis>(clock_.Now() - start_);
+}
+
+const char* Session::Running::OutOfBudget() const {
+  const Job& job = s_.job_;
+  if (job.max_evaluations > 0 && result_.progress.evaluations >= job.max_evaluations) {
+    return "evaluation budget spent";
+  }
+  if (job.max_time.count() > 0 && Charged() >= job.max_time) return "time budget spent";
+  return nullptr;
+}
+
+bool Session::Running::NextFinishedWhileStopping() {
+  auto done = std::find_if(queue_.begin(), queue_.end(),
+                           [&](const Config& c) { return s_.device_.Ready(c); });
+  if (done == queue_.end()) return false;
+  if (done != queue_.begin()) {
+    Config c = std::move(*done);
+    queue_.erase(done);
+    queue_.push_front(std::move(c));
+  }
+  return true;
+}
+
+absl::Status Session::Running::AskAhead(bool stopping) {
+  while (!stopping && !exhausted_ && queue_.size() + batch_ <= depth_) {
+    std::size_t n = batch_;
+    if (s_.job_.max_evaluations > 0) {
+      n = std::min<std::size_t>(n, static_cast<std::size_t>(s_.job_.max_evaluations - asked_));
     }
-    if (const char* why = out_of_budget()) {
-      result.end_reason = why;
+    if (n == 0) break;
+    const std::vector<Config> got = s_.strategy_->Ask(n);
+    if (got.empty()) {
+      exhausted_ = true;
       break;
     }
-    while (!stopping && !exhausted && queue.size() + batch <= depth) {
-      std::size_t n = batch;
-      if (job_.max_evaluations > 0) {
-        n = std::min<std::size_t>(n, static_cast<std::size_t>(job_.max_evaluations - asked));
+    asked_ += static_cast<std::int64_t>(got.size());
+    std::vector<Config> to_prepare;
+    for (const Config& c : got) {
+      if (!space_.InRange(c)) {
+        return absl::InternalError(StrCat("strategy ", s_.resolved_strategy_,
+                                          " proposed a configuration outside the space"));
       }
-      if (n == 0) break;
-      const std::vector<Config> got = strategy_->Ask(n);
-      if (got.empty()) {
-        exhausted = true;
-        break;
-      }
-      asked += static_cast<std::int64_t>(got.size());
-      std::vector<Config> to_prepare;
-      for (const Config& c : got) {
-        if (!space.InRange(c)) {
-          return fail(absl::InternalError(StrCat("strategy ", resolved_strategy_,
-                                                 " proposed a configuration outside the space")));
-        }
-        if (stored.count(space.Key(c)) == 0) to_prepare.push_back(c);
-        queue.push_back(c);
-      }
-      if (!to_prepare.empty()) device_.Prefetch(to_prepare);
+      if (stored_.count(space_.Key(c)) == 0) to_prepare.push_back(c);
+      queue_.push_back(c);
     }
-    if (queue.empty()) {
-      result.end_reason = "search space exhausted";
-      break;
-    }
-    const Config config = std::move(queue.front());
-    queue.pop_front();
-    std::string key = space.Key(config);
-    if (!evaluated.insert(key).second) {
-      return fail(absl::InternalError(
-          StrCat("strategy ", resolved_strategy_, " proposed ", key, " twice")));
-    }
-    StoredMeasurement record;
-    bool fresh = false;
-    bool improved = false;
-    if (auto it = stored.find(key); it != stored.end()) {
-      record = it->second;
-      ++progress.replayed;
-      replayed_cost += record.measurement.cost;
+    if (!to_prepare.empty()) s_.device_.Prefetch(to_prepare);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Running::Evaluate(const Config& config) {
+  const std::string key = space_.Key(config);
+  if (!evaluated_.insert(key).second) {
+    return absl::InternalError(
+        StrCat("strategy ", s_.resolved_strategy_, " proposed ", key, " twice"));
+  }
+  StoredMeasurement record;
+  bool fresh = false;
+  if (auto it = stored_.find(key); it != stored_.end()) {
+    record = it->second;
+    ++result_.progress.replayed;
+    replayed_cost_ += record.measurement.cost;
+  } else {
+    Measurement m;
+    if (int c = space_.FirstViolated(config); c >= 0 || !space_.IsValid(config)) {
+      m.status = CandidateStatus::kInvalidByConstraint;
+      m.message = c >= 0 ? StrCat("violates constraint ", c, ": ",
+                                  space_.constraint_text(static_cast<std::size_t>(c)))
+                         : "not in the space";
     } else {
-      Measurement m;
-      if (int c = space.FirstViolated(config); c >= 0 || !space.IsValid(config)) {
-        m.status = CandidateStatus::kInvalidByConstraint;
-        m.message = c >= 0 ? StrCat("violates constraint ", c, ": ",
-                                    space.constraint_text(static_cast<std::size_t>(c)))
-                           : "not in the space";
-      } else {
-        absl::StatusOr<Measurement> measured = device_.Evaluate(config);
-        if (!measured.ok()) return fail(measured.status());
-        m = *std::move(measured);
-      }
-      record.sequence = next_sequence++;
-      record.key = key;
-      record.config_json = space.ToJson(config).Dump();
-      if (m.ok()) {
-        record.objective = job_.objective.Compute(config, m.time.count());
-        record.loss = job_.objective.Loss(config, m.time.count());
-      }
+      KTUNE_ASSIGN_OR_RETURN(m, s_.device_.Evaluate(config));
+    }
+    record.sequence = next_sequence_++;
+    record.key = key;
+    record.config_json = space_.ToJson(config).Dump();
+    if (m.ok()) {
+      record.objective = s_.job_.objective.Compute(config, m.time.count());
+      record.loss = s_.job_.objective.Loss(config, m.time.count());
+    }
+    record.measurement = std::move(m);
+    record.measured_at = NowIso8601();
+    KTUNE_RETURN_IF_ERROR(store_.AddMeasurement(s_.job_id_, record));
+    new_cost_ += record.measurement.cost;
+    fresh = true;
+  }
+  const Measurement& m = record.measurement;
+  Outcome outcome;
+  outcome.status = m.status;
+  if (m.ok() && record.loss) {
+    outcome.loss = *record.loss;
+    ranked_.emplace_back(*record.loss, config);
+  }
+  s_.strategy_->Tell(config, outcome);
+
+  Progress& progress = result_.progress;
+  ++progress.evaluations;
+  ++progress.status_counts[static_cast<std::size_t>(m.status)];
+  bool improved = false;
+  if (m.ok() && record.loss && *record.loss < best_loss_) {
+    best_loss_ = *record.loss;
+    progress.best_time_ms = m.time.count();
+    progress.best_objective = record.objective;
+    progress.best_key = key;
+    result_.best = record;
+    improved = true;
+  }
+  if (fresh && options_.on_measurement) options_.on_measurement(record);
+  if (improved && options_.on_new_best) options_.on_new_best(record);
+  Report();
+  return absl::OkStatus();
+}
+
+void Session::Running::Report() {
+  result_.progress.elapsed = Charged();
+  result_.progress.wall = clock_.Now() - start_;
+  if (options_.on_progress) options_.on_progress(result_.progress);
+}
+
+absl::Status Session::Running::FinalRound() {
+  const int wanted = s_.job_.spec.measurement().final_contenders() > 0
+                         ? s_.job_.spec.measurement().final_contenders()
+                         : kDefaultFinalContenders;
+  std::stable_sort(ranked_.begin(), ranked_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Config> contenders;
+  for (std::size_t i = 0; i < ranked_.size() && static_cast<int>(i) < wanted; ++i) {
+    contenders.push_back(ranked_[i].second);
+  }
+  KTUNE_ASSIGN_OR_RETURN(std::vector<Measurement> again, s_.device_.Remeasure(contenders));
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
+  std::unordered_map<std::string, StoredMeasurement> by_key;
+  for (StoredMeasurement& m : all) by_key.emplace(m.key, std::move(m));
+  best_loss_ = std::numeric_limits<double>::infinity();
+  Progress& progress = result_.progress;
+  for (std::size_t i = 0; i < contenders.size(); ++i) {
+    StoredMeasurement record = by_key.at(space_.Key(contenders[i]));
+    Measurement m = again[i];
+    m.conditions.set_final_round(true);
+    m.compile_time = record.measurement.compile_time;
+    m.cost = record.measurement.cost + m.cost;
+    if (!m.ok()) {
+      // A contender that fails now (it passed before) keeps its first
+      // measurement, with the failure noted.
+      record.measurement.conditions.set_final_round(true);
+      record.measurement.message = StrCat("re-measurement failed: ", m.message);
+    } else {
+      record.objective = s_.job_.objective.Compute(contenders[i], m.time.count());
+      record.loss = s_.job_.objective.Loss(contenders[i], m.time.count());
       record.measurement = std::move(m);
-      record.measured_at = NowIso8601();
-      if (absl::Status s = store.AddMeasurement(job_id_, record); !s.ok()) return fail(s);
-      new_cost += record.measurement.cost;
-      fresh = true;
     }
-    const Measurement& m = record.measurement;
-    Outcome outcome;
-    outcome.status = m.status;
-    if (m.ok() && record.loss) {
-      outcome.loss = *record.loss;
-      ranked.emplace_back(*record.loss, config);
-    }
-    strategy_->Tell(config, outcome);
-
-    ++progress.evaluations;
-    ++progress.status_counts[static_cast<std::size_t>(m.status)];
-    if (m.ok() && record.loss && *record.loss < best_loss) {
-      best_loss = *record.loss;
-      progress.best_time_ms = m.time.count();
+    KTUNE_RETURN_IF_ERROR(store_.UpdateMeasurement(s_.job_id_, record));
+    if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
+      best_loss_ = *record.loss;
+      progress.best_time_ms = record.measurement.time.count();
       progress.best_objective = record.objective;
-      progress.best_key = key;
-      result.best = record;
-      improved = true;
+      progress.best_key = record.key;
+      result_.best = record;
     }
-    if (fresh && options.on_measurement) options.on_measurement(record);
-    if (improved && options.on_new_best) options.on_new_best(record);
-    progress.elapsed = charged();
-    progress.wall = std::chrono::steady_clock::now() - start;
-    if (options.on_progress) options.on_progress(progress);
+    if (options_.on_measurement) options_.on_measurement(record);
   }
+  KTUNE_RETURN_IF_ERROR(store_.RefreshBest(s_.job_id_));
+  if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
+  return absl::OkStatus();
+}
 
-  // The final contenders, re-measured interleaved before one is declared
-  // best (on devices that measure; once per job).
-  if (!interrupted && device_.can_remeasure() && !final_round_done && ranked.size() > 1) {
-    const int wanted = job_.spec.measurement().final_contenders() > 0
-                           ? job_.spec.measurement().final_contenders()
-                           : kDefaultFinalContenders;
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<Config> contenders;
-    for (std::size_t i = 0; i < ranked.size() && static_cast<int>(i) < wanted; ++i) {
-      contenders.push_back(ranked[i].second);
+absl::StatusOr<SessionResult> Session::Running::Run() {
+  KTUNE_RETURN_IF_ERROR(Start());
+  auto stop_requested = [&] { return options_.stop != nullptr && options_.stop->load(); };
+  while (true) {
+    const bool stopping = stop_requested();
+    if (stopping && !NextFinishedWhileStopping()) {
+      interrupted_ = true;
+      result_.end_reason = "interrupted";
+      break;
     }
-    absl::StatusOr<std::vector<Measurement>> again = device_.Remeasure(contenders);
-    if (!again.ok()) return fail(again.status());
-    KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store.LoadMeasurements(job_id_));
-    std::unordered_map<std::string, StoredMeasurement> by_key;
-    for (StoredMeasurement& m : all) by_key.emplace(m.key, std::move(m));
-    best_loss = std::numeric_limits<double>::infinity();
-    for (std::size_t i = 0; i < contenders.size(); ++i) {
-      StoredMeasurement record = by_key.at(space.Key(contenders[i]));
-      Measurement m = (*again)[i];
-      m.conditions.set_final_round(true);
-      m.compile_time = record.measurement.compile_time;
-      m.cost = record.measurement.cost + m.cost;
-      if (!m.ok()) {
-        // A contender that fails now (it passed before) keeps its first
-        // measurement, with the failure noted.
-        record.measurement.conditions.set_final_round(true);
-        record.measurement.message = StrCat("re-measurement failed: ", m.message);
-      } else {
-        record.objective = job_.objective.Compute(contenders[i], m.time.count());
-        record.loss = job_.objective.Loss(contenders[i], m.time.count());
-        record.measurement = std::move(m);
-      }
-      if (absl::Status s = store.UpdateMeasurement(job_id_, record); !s.ok()) return fail(s);
-      if (record.measurement.ok() && record.loss && *record.loss < best_loss) {
-        best_loss = *record.loss;
-        progress.best_time_ms = record.measurement.time.count();
-        progress.best_objective = record.objective;
-        progress.best_key = record.key;
-        result.best = record;
-      }
-      if (options.on_measurement) options.on_measurement(record);
+    if (const char* why = OutOfBudget()) {
+      result_.end_reason = why;
+      break;
     }
-    if (absl::Status s = store.RefreshBest(job_id_); !s.ok()) return fail(s);
-    if (result.best && options.on_new_best) options.on_new_best(*result.best);
+    if (absl::Status s = AskAhead(stopping); !s.ok()) return Fail(s);
+    if (queue_.empty()) {
+      result_.end_reason = "search space exhausted";
+      break;
+    }
+    const Config config = std::move(queue_.front());
+    queue_.pop_front();
+    if (absl::Status s = Evaluate(config); !s.ok()) return Fail(s);
   }
+  if (!interrupted_ && s_.device_.can_remeasure() && !final_round_done_ && ranked_.size() > 1) {
+    if (absl::Status s = FinalRound(); !s.ok()) return Fail(s);
+  }
+  result_.progress.elapsed = Charged();
+  result_.progress.wall = clock_.Now() - start_;
+  const JobState final_state = interrupted_ ? JobState::kInterrupted : JobState::kSucceeded;
+  KTUNE_RETURN_IF_ERROR(store_.SetJobState(s_.job_id_, final_state, result_.end_reason));
+  KTUNE_ASSIGN_OR_RETURN(result_.job, store_.GetJob(s_.job_id_));
+  return std::move(result_);
+}
 
-  progress.elapsed = charged();
-  progress.wall = std::chrono::steady_clock::now() - start;
-  const JobState final_state = interrupted ? JobState::kInterrupted : JobState::kSucceeded;
-  if (absl::Status s = store.SetJobState(job_id_, final_state, result.end_reason); !s.ok()) {
-    return s;
-  }
-  KTUNE_ASSIGN_OR_RETURN(result.job, store.GetJob(job_id_));
-  return result;
+absl::StatusOr<SessionResult> Session::Run(Store& store, const SessionOptions& options) {
+  KTUNE_RETURN_IF_ERROR(Prepare());
+  Running running(*this, store, options);
+  return running.Run();
 }
 
 }  // namespace ktune

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tuner/base/clock.h"
 #include "tuner/device/device.h"
 #include "tuner/session/job.h"
 #include "tuner/space/config.h"
@@ -55,6 +56,9 @@ struct SessionOptions {
   // Called when the job's best so far changes (including replayed
   // measurements, and once after the final contenders' re-measurement).
   std::function<void(const StoredMeasurement&)> on_new_best;
+  // Where time budgets and Progress::wall read the time; null: the real
+  // clock. Must outlive the run.
+  const Clock* clock = nullptr;
 };
 
 // The store's record of `job` on `device` (state, counts and times unset).
@@ -88,6 +92,8 @@ class Session {
   }
 
  private:
+  class Running;  // one Run's state and steps
+
   const Job& job_;
   Device& device_;
   Strategy* strategy_;

@@ -1,0 +1,60 @@
+// An exclusive flock(2) on a file, with one owner: the kernel drops it when
+// the owning process ends, however it ends (SIGKILL included). The holder
+// writes its pid into the file, so a process that finds the lock taken can
+// say who holds it.
+#ifndef KTUNE_TUNER_BASE_FILE_LOCK_H_
+#define KTUNE_TUNER_BASE_FILE_LOCK_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace ktune {
+
+// Move-only; not thread-safe.
+class FileLock {
+ public:
+  enum class Access {
+    kPrivate,  // created 0600: this user's processes only
+    kShared,   // created 0666 whatever the umask: every user of the host
+  };
+
+  // Opens `path`, creating it if missing. Errors (the folder cannot be
+  // written, ...) name the path. The lock is not taken yet.
+  static absl::StatusOr<FileLock> Open(const std::string& path, Access access);
+
+  FileLock(FileLock&& other) noexcept;
+  FileLock& operator=(FileLock&& other) noexcept;
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  ~FileLock();  // releases the lock
+
+  // Takes the lock if it is free: false when another process holds it.
+  bool TryLock();
+  // Takes the lock, waiting for the holder to release it.
+  void Lock();
+  void Unlock();
+  bool locked() const { return locked_; }
+
+  // The pid the holder wrote ("" when unknown or unreadable).
+  std::string Holder() const;
+
+  // Removes the file (while holding the lock, so no waiter is left locking
+  // an unlinked file it would share with nobody) and releases the lock.
+  void Remove();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  FileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  // Writes this process's pid, for those who find the lock taken.
+  void NoteHolder();
+
+  std::string path_;
+  int fd_ = -1;
+  bool locked_ = false;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_BASE_FILE_LOCK_H_
