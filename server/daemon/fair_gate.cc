@@ -1,6 +1,7 @@
 #include "server/daemon/fair_gate.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ktune {
 
@@ -69,6 +70,8 @@ void FairGate::Member::Release() {
   }
   gate_.cv_.notify_all();
 }
+
+double GateWeight(int priority) { return std::pow(2.0, std::clamp(priority, -4, 4)); }
 
 namespace {
 

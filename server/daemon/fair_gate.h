@@ -75,6 +75,10 @@ class FairGate {
   std::set<std::pair<double, std::uint64_t>> waiting_;
 };
 
+// A job's weight at a gate for its priority: 2^priority, priorities
+// beyond +-4 counting as +-4.
+double GateWeight(int priority);
+
 // A device whose evaluations take turns at a gate; everything else (binding,
 // prefetching, compiling) runs freely.
 class GatedDevice final : public Device {

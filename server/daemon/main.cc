@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@
 #include "server/daemon/service.h"
 #include "server/runner/runner.h"
 #include "tuner/base/file.h"
+#include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/ipc/subprocess.h"
 #ifdef KTUNE_HAVE_CUDA
@@ -50,6 +52,8 @@ const CommandSpec kDaemonCommand{
     "127.0.0.1:7070 by default; any other address requires TLS and a token (or --insecure).\n"
     "A job is code that runs on the GPU: only let trusted clients reach the daemon.",
     {{"listen", "ADDR", "host:port to listen on (default 127.0.0.1:7070; port 0 picks one)"},
+     {"port-file", "PATH",
+      "once listening, write the address (host:port) to PATH, replacing it atomically"},
      {"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"},
      {"device", "DEVICE",
       "a device to serve: 0, cuda:0, a GPU UUID or sim:FILE (repeatable; "
@@ -98,165 +102,169 @@ absl::StatusOr<std::string> ReadSecret(const std::string& flag, const std::strin
   return *text;
 }
 
-int Main(int argc, char** argv) {
-  std::vector<std::string> all(argv + 1, argv + argc);
-  if (std::optional<int> code = RunIfWorker(all, "ktuned")) return *code;
-  absl::StatusOr<Args> args = flags::Parse(kDaemonCommand, all);
-  if (!args.ok()) {
-    std::cerr << "ktuned: " << args.status().message() << "\n";
-    return kExitInvalidInput;
-  }
-  if (args->help()) {
-    std::cout << flags::HelpText(kDaemonCommand);
-    return kExitOk;
-  }
-  auto invalid = [](const std::string& message) {
-    std::cerr << "ktuned: " << message << "\n";
-    return kExitInvalidInput;
-  };
-
-  // Where to listen, and how callers prove who they are.
-  const std::string listen = args->Get("listen").value_or("127.0.0.1:7070");
-  const bool tls = args->Has("tls-cert") || args->Has("tls-key");
-  if (args->Has("tls-cert") != args->Has("tls-key")) {
-    return invalid("--tls-cert and --tls-key go together");
-  }
-  if (args->Has("tls-client-ca") && !tls)
-    return invalid("--tls-client-ca needs --tls-cert and --tls-key");
+// How callers reach the daemon and prove who they are.
+struct Security {
+  std::string listen;
   std::string token;
-  if (auto f = args->Get("token-file")) {
-    absl::StatusOr<std::string> t = ReadSecret("token-file", *f);
-    if (!t.ok()) return invalid(std::string(t.status().message()));
-    token = std::string(StripSpace(*t));
-    if (token.empty()) return invalid(StrCat("--token-file: ", *f, " is empty"));
-    if (token.find_first_of(" \t\r\n") != std::string::npos) {
-      return invalid(StrCat("--token-file: ", *f, ": the token must be one word"));
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+};
+
+absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
+  Security sec;
+  sec.listen = args.Get("listen").value_or("127.0.0.1:7070");
+  const bool tls = args.Has("tls-cert") || args.Has("tls-key");
+  if (args.Has("tls-cert") != args.Has("tls-key")) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  }
+  if (args.Has("tls-client-ca") && !tls) {
+    return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (auto f = args.Get("token-file")) {
+    KTUNE_ASSIGN_OR_RETURN(const std::string t, ReadSecret("token-file", *f));
+    sec.token = std::string(StripSpace(t));
+    if (sec.token.empty()) return absl::InvalidArgumentError(StrCat("--token-file: ", *f, " is empty"));
+    if (sec.token.find_first_of(" \t\r\n") != std::string::npos) {
+      return absl::InvalidArgumentError(StrCat("--token-file: ", *f, ": the token must be one word"));
     }
   }
-  const bool loopback = IsLoopback(listen);
-  if (!loopback && !(tls && !token.empty())) {
-    if (!args->Has("insecure")) {
-      return invalid(StrCat("--listen ", listen,
-                            ": not a loopback address, so TLS (--tls-cert, --tls-key) and a "
-                            "token (--token-file) are required: a job is code that runs on the "
-                            "GPU. --insecure overrides this (not recommended)."));
+  if (!IsLoopback(sec.listen) && !(tls && !sec.token.empty())) {
+    if (!args.Has("insecure")) {
+      return absl::InvalidArgumentError(
+          StrCat("--listen ", sec.listen,
+                 ": not a loopback address, so TLS (--tls-cert, --tls-key) and a token "
+                 "(--token-file) are required: a job is code that runs on the GPU. --insecure "
+                 "overrides this (not recommended)."));
     }
     std::fprintf(stderr,
                  "ktuned: WARNING: listening on %s without %s (--insecure): whoever reaches this "
                  "port can run code on these GPUs\n",
-                 listen.c_str(), tls ? "a token" : (token.empty() ? "TLS or a token" : "TLS"));
+                 sec.listen.c_str(), tls ? "a token" : (sec.token.empty() ? "TLS or a token" : "TLS"));
   }
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (tls) {
-    absl::StatusOr<std::string> cert = ReadFileContents(*args->Get("tls-cert"));
-    if (!cert.ok()) return invalid(StrCat("--tls-cert: ", cert.status().message()));
-    absl::StatusOr<std::string> key = ReadSecret("tls-key", *args->Get("tls-key"));
-    if (!key.ok()) return invalid(std::string(key.status().message()));
-    grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
-    if (auto ca = args->Get("tls-client-ca")) {
-      absl::StatusOr<std::string> pem = ReadFileContents(*ca);
-      if (!pem.ok()) return invalid(StrCat("--tls-client-ca: ", pem.status().message()));
-      ssl.pem_root_certs = *pem;
-      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  sec.credentials = grpc::InsecureServerCredentials();
+  if (!tls) return sec;
+  absl::StatusOr<std::string> cert = ReadFileContents(*args.Get("tls-cert"));
+  if (!cert.ok()) return absl::InvalidArgumentError(StrCat("--tls-cert: ", cert.status().message()));
+  KTUNE_ASSIGN_OR_RETURN(const std::string key, ReadSecret("tls-key", *args.Get("tls-key")));
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({key, *cert});
+  if (auto ca = args.Get("tls-client-ca")) {
+    absl::StatusOr<std::string> pem = ReadFileContents(*ca);
+    if (!pem.ok()) {
+      return absl::InvalidArgumentError(StrCat("--tls-client-ca: ", pem.status().message()));
     }
-    creds = grpc::SslServerCredentials(ssl);
+    ssl.pem_root_certs = *pem;
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
+  sec.credentials = grpc::SslServerCredentials(ssl);
+  return sec;
+}
 
-  // The scheduler and its devices.
+// The scheduler's options from the flags: the store, the devices (every
+// GPU when none is named) and the daemon's limits.
+absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int* rpc_threads) {
   SchedulerOptions so;
   const char* env_db = std::getenv("KTUNE_DB");
-  so.db_path = args->Get("db").value_or(env_db != nullptr && *env_db ? env_db : "ktune.db");
-  so.devices = args->GetAll("device");
-  if (auto list = args->Get("devices"); list && *list != "all") {
+  so.db_path = args.Get("db").value_or(env_db != nullptr && *env_db ? env_db : "ktune.db");
+  so.devices = args.GetAll("device");
+  if (auto list = args.Get("devices"); list && *list != "all") {
     for (const std::string& d : StrSplit(*list, ',')) {
-      if (d.empty()) return invalid(StrCat("--devices ", *list, ": an empty entry"));
+      if (d.empty()) return absl::InvalidArgumentError(StrCat("--devices ", *list, ": an empty entry"));
       so.devices.push_back(d);
     }
   }
   so.device_options.worker_program = SelfExecutable();
   auto read_int = [&](const char* name, std::int64_t min, std::int64_t max,
-                      std::int64_t* out) -> bool {
-    absl::StatusOr<std::optional<std::int64_t>> v = args->GetInt(name, min, max);
-    if (!v.ok()) {
-      std::cerr << "ktuned: " << v.status().message() << "\n";
-      return false;
-    }
-    if (*v) *out = **v;
-    return true;
+                      std::int64_t* out) -> absl::Status {
+    KTUNE_ASSIGN_OR_RETURN(const std::optional<std::int64_t> v, args.GetInt(name, min, max));
+    if (v) *out = *v;
+    return absl::OkStatus();
   };
-  auto read_double = [&](const char* name, double* out) -> bool {
-    absl::StatusOr<std::optional<double>> v = args->GetDouble(name, 0);
-    if (!v.ok()) {
-      std::cerr << "ktuned: " << v.status().message() << "\n";
-      return false;
-    }
-    if (*v) *out = **v;
-    return true;
+  auto read_double = [&](const char* name, double* out) -> absl::Status {
+    KTUNE_ASSIGN_OR_RETURN(const std::optional<double> v, args.GetDouble(name, 0));
+    if (v) *out = *v;
+    return absl::OkStatus();
   };
-  std::int64_t running = 4, queued = 256, workers = 0, rpc_threads = 2, max_space = 0,
+  std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0,
                argument_mib = 0;
-  if (!read_int("max-running", 1, 1024, &running) || !read_int("max-queued", 0, 1 << 20, &queued) ||
-      !read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations) ||
-      !read_int("max-space", 1, INT64_MAX, &max_space) ||
-      !read_int("max-argument-mib", 1, INT64_C(1) << 30, &argument_mib) ||
-      !read_int("compile-workers", 1, 1024, &workers) ||
-      !read_int("rpc-threads", 1, 256, &rpc_threads) ||
-      !read_double("max-wall-seconds", &so.limits.max_wall_seconds) ||
-      !read_double("max-kernel-seconds", &so.limits.max_kernel_seconds) ||
-      !read_double("sim-speed", &so.device_options.sim_speed)) {
-    return kExitInvalidInput;
-  }
+  KTUNE_RETURN_IF_ERROR(read_int("max-running", 1, 1024, &running));
+  KTUNE_RETURN_IF_ERROR(read_int("max-queued", 0, 1 << 20, &queued));
+  KTUNE_RETURN_IF_ERROR(read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations));
+  KTUNE_RETURN_IF_ERROR(read_int("max-space", 1, INT64_MAX, &max_space));
+  KTUNE_RETURN_IF_ERROR(read_int("max-argument-mib", 1, INT64_C(1) << 30, &argument_mib));
+  KTUNE_RETURN_IF_ERROR(read_int("compile-workers", 1, 1024, &workers));
+  KTUNE_RETURN_IF_ERROR(read_int("rpc-threads", 1, 256, &threads));
+  KTUNE_RETURN_IF_ERROR(read_double("max-wall-seconds", &so.limits.max_wall_seconds));
+  KTUNE_RETURN_IF_ERROR(read_double("max-kernel-seconds", &so.limits.max_kernel_seconds));
+  KTUNE_RETURN_IF_ERROR(read_double("sim-speed", &so.device_options.sim_speed));
   so.limits.max_running = static_cast<int>(running);
   so.limits.max_queued = static_cast<int>(queued);
   so.limits.max_space = static_cast<double>(max_space);
   so.limits.max_argument_bytes = argument_mib << 20;
   so.device_options.compile_workers = static_cast<int>(workers);
+  *rpc_threads = static_cast<int>(threads);
   if (so.devices.empty()) {
 #ifdef KTUNE_HAVE_CUDA
     absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
         ListCudaDevices(WorkerProgram{SelfExecutable()});
     if (!gpus.ok()) {
-      return invalid(StrCat("no --device given and no GPU found (", gpus.status().message(),
-                            "); give --device sim:FILE to serve a recorded space"));
+      return absl::InvalidArgumentError(
+          StrCat("no --device given and no GPU found (", gpus.status().message(),
+                 "); give --device sim:FILE to serve a recorded space"));
     }
     for (const v1::WorkerDeviceInfo& g : *gpus) so.devices.push_back(StrCat("cuda:", g.ordinal()));
 #else
-    return invalid("no --device given; this build has no CUDA: give --device sim:FILE");
+    return absl::InvalidArgumentError(
+        "no --device given; this build has no CUDA: give --device sim:FILE");
 #endif
   }
+  return so;
+}
 
-  Scheduler scheduler(so);
-  if (absl::Status s = scheduler.Start(); !s.ok()) {
-    std::cerr << "ktuned: " << s.message() << "\n";
-    return s.code() == absl::StatusCode::kInvalidArgument ||
-                   s.code() == absl::StatusCode::kFailedPrecondition
-               ? kExitInvalidInput
-               : kExitError;
+// Writes the address to --port-file: a regular file is replaced atomically
+// (a reader never sees half of it); anything else (a pipe) is written to.
+absl::Status WritePortFile(const std::string& path, const std::string& address) {
+  struct stat st;
+  const bool regular = stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode);
+  const std::string target = regular ? StrCat(path, ".tmp") : path;
+  {
+    std::ofstream out(target, std::ios::trunc);
+    out << address << "\n";
+    if (!out.flush()) return absl::InternalError(StrCat("--port-file: cannot write ", target));
   }
-  TunerService service(scheduler, token, static_cast<int>(rpc_threads));
+  if (regular && std::rename(target.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(StrCat("--port-file: cannot replace ", path));
+  }
+  return absl::OkStatus();
+}
 
+// Serves until SIGTERM or SIGINT. Returns the exit code.
+int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerService& service,
+          std::size_t devices, const std::string& db) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, creds, &port);
+  builder.AddListeningPort(sec.listen, sec.credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (port == 0 && listen.rfind("unix:", 0) != 0)) {
-    std::cerr << "ktuned: cannot listen on " << listen << " (in use, or not an address)\n";
+  if (server == nullptr || (port == 0 && sec.listen.rfind("unix:", 0) != 0)) {
+    std::cerr << "ktuned: cannot listen on " << sec.listen << " (in use, or not an address)\n";
     scheduler.Shutdown();
     return kExitError;
   }
-  std::string shown = listen;
-  if (const std::size_t colon = listen.rfind(':');
-      colon != std::string::npos && listen.rfind("unix:", 0) != 0) {
-    shown = StrCat(listen.substr(0, colon), ":", port);
+  std::string shown = sec.listen;
+  if (const std::size_t colon = sec.listen.rfind(':');
+      colon != std::string::npos && sec.listen.rfind("unix:", 0) != 0) {
+    shown = StrCat(sec.listen.substr(0, colon), ":", port);
   }
   std::printf("ktuned: listening on %s\n", shown.c_str());
   std::fflush(stdout);
-  std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", so.devices.size(),
-               so.db_path.c_str());
+  if (auto path = args.Get("port-file")) {
+    if (absl::Status s = WritePortFile(*path, shown); !s.ok()) {
+      std::cerr << "ktuned: " << s.message() << "\n";
+    }
+  }
+  std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", devices, db.c_str());
 
   // The main thread waits for SIGTERM or SIGINT.
   boost::asio::io_context io;
@@ -273,6 +281,38 @@ int Main(int argc, char** argv) {
   server->Wait();
   std::fprintf(stderr, "ktuned: stopped\n");
   return kExitOk;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> all(argv + 1, argv + argc);
+  if (std::optional<int> code = RunIfWorker(all, "ktuned")) return *code;
+  absl::StatusOr<Args> args = flags::Parse(kDaemonCommand, all);
+  if (!args.ok()) {
+    std::cerr << "ktuned: " << args.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  if (args->help()) {
+    std::cout << flags::HelpText(kDaemonCommand);
+    return kExitOk;
+  }
+  absl::StatusOr<Security> sec = SecurityFromArgs(*args);
+  int rpc_threads = 2;
+  absl::StatusOr<SchedulerOptions> so =
+      sec.ok() ? SchedulerOptionsFromArgs(*args, &rpc_threads) : sec.status();
+  if (!so.ok()) {
+    std::cerr << "ktuned: " << so.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  Scheduler scheduler(*so);
+  if (absl::Status s = scheduler.Start(); !s.ok()) {
+    std::cerr << "ktuned: " << s.message() << "\n";
+    return s.code() == absl::StatusCode::kInvalidArgument ||
+                   s.code() == absl::StatusCode::kFailedPrecondition
+               ? kExitInvalidInput
+               : kExitError;
+  }
+  TunerService service(scheduler, sec->token, rpc_threads);
+  return Serve(*sec, *args, scheduler, service, so->devices.size(), so->db_path);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,9 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/tuner.pb.h"
 #include "server/daemon/fair_gate.h"
+#include "tuner/base/clock.h"
+#include "tuner/base/file_lock.h"
+#include "tuner/session/session.h"
 #include "server/runner/runner.h"
 #include "tuner/store/store.h"
 
@@ -42,6 +46,10 @@ struct SchedulerLimits {
 
 struct SchedulerOptions {
   std::string db_path;
+  // What wall-time limits, the gates' holds and the look for other
+  // processes' writes read; null: the real clock. Must outlive the
+  // scheduler.
+  const Clock* clock = nullptr;
   std::vector<std::string> devices;  // locators: "sim:FILE", "0", "cuda:1", a UUID
   OpenDeviceOptions device_options;
   SchedulerLimits limits;
@@ -101,9 +109,26 @@ class Scheduler {
   struct Entry;
   struct Subscription;
 
+  absl::Status OpenDevices();
+  // The slots a job's spec asks for (or the least busy one).
+  absl::StatusOr<std::vector<DeviceSlot*>> SelectSlots(const v1::JobSpec& spec);
+  // The daemon's limits on evaluations and kernel time, into the spec.
+  absl::Status ApplyLimits(v1::JobSpec& spec) const;
+  // The daemon's limits on the space and the arguments' memory.
+  absl::Status CheckSize(const Job& job) const;
   absl::StatusOr<std::shared_ptr<Entry>> Prepare(v1::JobSpec spec, int priority, bool resuming);
+  // Records the job queued and queues it (or finds it here already).
+  absl::StatusOr<std::shared_ptr<Entry>> Enqueue(std::shared_ptr<Entry> entry, bool resuming);
   void Dispatch();  // REQUIRES: mu_ held
   void Run(const std::shared_ptr<Entry>& entry);
+  // A GPU job's devices, opened and gated when it runs.
+  absl::Status OpenJobDevice(Entry& entry);
+  // The session's callbacks: the job's events to its watchers, the
+  // wall-time limit.
+  SessionOptions EventsOf(const std::shared_ptr<Entry>& entry, bool* wall_limit_hit);
+  // Records how the job ended and lets the next one run.
+  void Finish(const std::shared_ptr<Entry>& entry, Store* store, const std::string& failure,
+              JobState final_state, std::string final_message, bool wall_limit_hit);
   void Broadcast(Entry& entry, const v1::JobEvent& event, bool last);
   absl::Status LockStore();
   absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
@@ -128,9 +153,9 @@ class Scheduler {
   // Reads for the RPCs: one connection, serialised.
   std::mutex read_mu_;
   std::unique_ptr<Store> reader_;
-  // Holds an exclusive lock on DB.ktuned-lock while the daemon lives; the
-  // kernel drops it when the process ends, SIGKILL included.
-  int store_lock_fd_ = -1;
+  // An exclusive lock on DB.ktuned-lock while the daemon lives; the kernel
+  // drops it when the process ends, SIGKILL included.
+  std::optional<FileLock> store_lock_;
 
   std::atomic<std::uint64_t> best_generation_{0};
   std::atomic<std::int64_t> outside_checked_ns_{0};  // steady clock

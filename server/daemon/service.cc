@@ -191,6 +191,7 @@ bool BestAnswers::Find(const std::string& request, std::uint64_t generation,
   auto it = answers_.find(request);
   if (it == answers_.end() || it->second.first != generation) return false;
   *out = it->second.second;  // shares the slices
+  hits_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 

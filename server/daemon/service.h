@@ -10,6 +10,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <cstdint>
 #include <map>
@@ -42,6 +43,8 @@ class BestAnswers {
   static constexpr std::size_t kMaxEntries = 4096;
 
   bool Find(const std::string& request, std::uint64_t generation, grpc::ByteBuffer* out);
+  // Requests answered by Find: from memory, without reading the store.
+  std::uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   void Put(const std::string& request, std::uint64_t generation, const grpc::ByteBuffer& answer);
 
   // Joins the read of `request`'s answer under way for `generation`, or
@@ -56,6 +59,7 @@ class BestAnswers {
   std::mutex mu_;
   std::unordered_map<std::string, std::pair<std::uint64_t, grpc::ByteBuffer>> answers_;
   std::map<std::pair<std::string, std::uint64_t>, std::vector<BestWaiter>> reading_;
+  std::atomic<std::uint64_t> hits_{0};
 };
 
 class TunerService final
@@ -89,6 +93,9 @@ class TunerService final
 
   // Waits for the work in flight (after the server has shut down).
   void Drain();
+
+  // GetBest calls answered from memory.
+  std::uint64_t best_answers_remembered() const { return best_answers_.hits(); }
 
  private:
   bool Authorized(grpc::CallbackServerContext* ctx) const;

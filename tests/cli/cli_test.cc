@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/latch_device.h"
 #include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/json.h"
@@ -381,24 +382,32 @@ TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {
   EXPECT_THAT(text.out, HasSubstr("runtime_fault"));
 }
 
+// The spec `ktune tune --local --device DEVICE --strategy random --seed
+// SEED --max-evals N` makes: the same job, so the same identity.
+v1::JobSpec RandomSearch(const std::string& device, std::uint64_t seed, std::int64_t evaluations) {
+  v1::JobSpec spec;
+  spec.mutable_strategy()->set_name("random");
+  spec.mutable_strategy()->set_seed(seed);
+  spec.mutable_strategy()->set_max_evaluations(evaluations);
+  spec.mutable_device()->add_devices(device);
+  return spec;
+}
+
 TEST_F(CliTest, ARunningJobIsNotRunTwiceAndAKilledOneReadsInterrupted) {
   const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
   const std::vector<std::string> args = {"tune",        "--local", "--device",   cache,
                                          "--seed",      "9",       "--strategy", "random",
                                          "--max-evals", "300",     "--db",       Db()};
-  // About a second per recorded candidate, 100x faster: three seconds.
-  std::vector<std::string> slow = args;
-  slow.insert(slow.end(), {"--sim-speed", "100"});
-  const pid_t first = testing::Spawn(Cli(), slow, dir_ + "/first.out", dir_ + "/first.err");
+  // The same job, stopped for good after its first evaluation.
+  const pid_t first = testing::RunJobInAChildUntil(RandomSearch(cache, 9, 300), cache, Db(), 1);
+  ASSERT_GT(first, 0);
+  testing::KilledAtExit reaper(first);
   std::string id;
-  for (int i = 0; i < 4000 && id.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  {
     absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
-    if (!s.ok()) continue;
-    absl::StatusOr<std::vector<JobRecord>> jobs = (*s)->ListJobs();
-    if (jobs.ok() && !jobs->empty() && (*jobs)[0].evaluations > 0) id = (*jobs)[0].id;
+    ASSERT_TRUE(s.ok()) << s.status();
+    id = (*(*s)->ListJobs())[0].id;
   }
-  ASSERT_FALSE(id.empty());
   // The same job again while the first still runs it: refused, untouched.
   const RunResult second = Run(args);
   EXPECT_EQ(second.code, 1);
@@ -407,6 +416,7 @@ TEST_F(CliTest, ARunningJobIsNotRunTwiceAndAKilledOneReadsInterrupted) {
 
   kill(first, SIGKILL);
   EXPECT_EQ(testing::WaitExit(first), 128 + SIGKILL);
+  reaper.Release();
   const RunResult jobs = Run({"jobs", "--db", Db()});
   EXPECT_THAT(jobs.out, HasSubstr("interrupted"));
   EXPECT_THAT(jobs.out, ::testing::Not(HasSubstr("running")));
@@ -426,23 +436,11 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
   const std::vector<std::string> args = {
       "tune", "--local",     "--device", cache,  "--strategy", "random", "--seed",
       "4",    "--max-evals", "600",      "--db", Db(),         "--json"};
-  // Recorded costs are about a second per candidate; 2000x faster makes the
-  // run last about half a second, long enough to kill it part-way.
-  std::vector<std::string> slow = args;
-  slow.insert(slow.end() - 1, {"--sim-speed", "2000"});
-  const pid_t pid = Start(slow);
-  std::int64_t seen = 0;
-  for (int i = 0; i < 4000 && seen < 50; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
-    if (!s.ok()) continue;
-    absl::StatusOr<std::vector<JobRecord>> jobs = (*s)->ListJobs();
-    if (jobs.ok() && !jobs->empty()) seen = (*jobs)[0].evaluations;
-  }
+  // The same job, killed after its 50th stored evaluation.
+  const pid_t pid = testing::RunJobInAChildUntil(RandomSearch(cache, 4, 600), cache, Db(), 50);
+  ASSERT_GT(pid, 0);
   kill(pid, SIGKILL);
-  const RunResult killed = Finish(pid);
-  ASSERT_EQ(killed.code, 128 + SIGKILL) << killed.err;
-  ASSERT_GE(seen, 50);
+  ASSERT_EQ(testing::WaitExit(pid), 128 + SIGKILL);
 
   std::int64_t stored_before = 0;
   {
@@ -450,7 +448,7 @@ TEST_F(CliTest, SigkillPartWayThenResumeFinishesTheBudgetOnce) {
     ASSERT_TRUE(s.ok()) << s.status();
     EXPECT_TRUE((*s)->CheckIntegrity().ok());
     stored_before = (*(*s)->ListJobs())[0].evaluations;
-    ASSERT_LT(stored_before, 600);
+    ASSERT_EQ(stored_before, 50);
   }
   const RunResult resumed = Run(args);
   ASSERT_EQ(resumed.code, 0) << resumed.err;

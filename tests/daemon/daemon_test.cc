@@ -1,12 +1,12 @@
-// The daemon over loopback: ktuned is started as a user would start it, on
-// an ephemeral port, serving recorded spaces; clients are gRPC stubs and the
-// ktune command line.
+// The daemon over loopback: jobs submitted, watched, scheduled, cancelled,
+// killed and resumed (requests it refuses are daemon_requests_test.cc's).
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,8 +23,7 @@
 #include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
-#include "tests/testing/process.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/daemon/daemon_fixture.h"
 #include "tuner/base/json.h"
 #include "tuner/store/store.h"
 
@@ -32,148 +31,6 @@ namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
-
-const std::string kRecorded = std::string(KTUNE_SOURCE_DIR) + "/kernels/recorded/";
-const std::string kConv = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
-const std::string kPnpoly = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
-
-struct RunResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-using testing::Slurp;
-using testing::Spawn;
-int Wait(pid_t pid) { return testing::WaitExit(pid); }
-
-class DaemonTest : public ::testing::Test {
- protected:
-  ~DaemonTest() override { Stop(SIGKILL); }
-
-  // Starts ktuned; returns false (with its stderr in `failure`) if it exits.
-  bool StartDaemon(std::vector<std::string> args, std::string* failure = nullptr) {
-    args.insert(args.begin(), {"--db", Db()});
-    if (std::find(args.begin(), args.end(), "--listen") == args.end()) {
-      args.insert(args.begin(), {"--listen", "127.0.0.1:0"});
-    }
-    const std::string out = File("daemon.out"), err = File("daemon.err");
-    unlink(out.c_str());  // not the address of an earlier daemon
-    pid_ = Spawn(KTUNED_PATH, args, out, err);
-    for (int i = 0; i < 3000; ++i) {
-      const std::string text = Slurp(out);
-      if (const std::size_t p = text.find("listening on ");
-          p != std::string::npos && text.find('\n', p) != std::string::npos) {
-        address_ = text.substr(p + 13, text.find('\n', p) - p - 13);
-        channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
-        stub_ = v1::Tuner::NewStub(channel_);
-        return true;
-      }
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        if (failure != nullptr) *failure = Slurp(err);
-        return false;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return false;
-  }
-
-  int Stop(int signo) {
-    if (pid_ <= 0) return -1;
-    stub_.reset();
-    channel_.reset();
-    kill(pid_, signo);
-    const int code = Wait(pid_);
-    pid_ = -1;
-    return code;
-  }
-
-  RunResult Cli(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--server", address_});
-    const std::string out = File("cli.out"), err = File("cli.err");
-    RunResult r;
-    r.code = Wait(Spawn(KTUNE_CLI_PATH, args, out, err));
-    r.out = Slurp(out);
-    r.err = Slurp(err);
-    return r;
-  }
-
-  static void Deadline(grpc::ClientContext& ctx, int seconds = 30) {
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-  }
-
-  // GetBest's time for the recorded convolution kernel, any problem.
-  double BestConvolutionMs() {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetBestRequest req;
-    req.set_kernel("convolution_kernel");
-    v1::GetBestResponse resp;
-    const grpc::Status s = stub_->GetBest(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.best().time_ms();
-  }
-
-  grpc::Status Submit(const v1::JobSpec& spec, v1::SubmitJobResponse* out, int priority = 0) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    req.set_priority(priority);
-    return stub_->SubmitJob(&ctx, req, out);
-  }
-
-  // Follows a job to its end; returns the last state.
-  v1::JobState Follow(const std::string& id, std::vector<v1::JobEvent>* events = nullptr,
-                      bool from_start = false) {
-    grpc::ClientContext ctx;
-    Deadline(ctx, 120);
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    req.set_from_start(from_start);
-    auto reader = stub_->WatchJob(&ctx, req);
-    v1::JobEvent ev;
-    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-    while (reader->Read(&ev)) {
-      if (ev.event_case() == v1::JobEvent::kState) state = ev.state();
-      if (events != nullptr) events->push_back(ev);
-    }
-    const grpc::Status s = reader->Finish();
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return state;
-  }
-
-  v1::Job Get(const std::string& id, bool measurements = false) {
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    req.set_include_measurements(measurements);
-    v1::Job job;
-    const grpc::Status s = stub_->GetJob(&ctx, req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job;
-  }
-
-  static v1::JobSpec Budget(int evaluations, int seed, const std::string& strategy = "random") {
-    v1::JobSpec spec;
-    spec.mutable_strategy()->set_name(strategy);
-    spec.mutable_strategy()->set_max_evaluations(evaluations);
-    spec.mutable_strategy()->set_seed(static_cast<std::uint64_t>(seed));
-    return spec;
-  }
-
-  std::string File(const std::string& name) const { return tmp_.File(name); }
-  std::string Db() const { return File("k.db"); }
-
-  testing::TempDir tmp_;
-  pid_t pid_ = -1;
-  std::string address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::Tuner::Stub> stub_;
-};
 
 TEST_F(DaemonTest, RemoteSessionSubmitWatchBestAndHeader) {
   ASSERT_TRUE(StartDaemon({"--device", kConv}));
@@ -345,7 +202,6 @@ TEST_F(DaemonTest, ARememberedBestGivesWayToABetterResult) {
   ASSERT_TRUE(Submit(Budget(3, 7), &small).ok());
   ASSERT_EQ(Follow(small.job_id()), v1::SUCCEEDED);
   const double first = BestConvolutionMs();
-  EXPECT_EQ(BestConvolutionMs(), first);  // answered again, now from memory
   ASSERT_TRUE(Submit(Budget(300, 8), &large).ok());
   ASSERT_EQ(Follow(large.job_id()), v1::SUCCEEDED);
   const double later = BestConvolutionMs();
@@ -354,10 +210,10 @@ TEST_F(DaemonTest, ARememberedBestGivesWayToABetterResult) {
 }
 
 TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
-  // Two jobs at once on one simulated GPU, each candidate a few ms of
+  // Two jobs at once on one simulated GPU, each candidate about 25 ms of
   // replayed time: their measurements interleave rather than run one job
   // after the other.
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "2", "--sim-speed", "400"}));
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "2", "--sim-speed", "40"}));
   v1::SubmitJobResponse a, b;
   ASSERT_TRUE(Submit(Budget(25, 1), &a).ok());
   ASSERT_TRUE(Submit(Budget(25, 2), &b).ok());
@@ -379,30 +235,18 @@ TEST_F(DaemonTest, JobsOnOneDeviceTakeTurns) {
   EXPECT_LT(ra.first, rb.second);
 }
 
-TEST_F(DaemonTest, AJobOfHigherPriorityGetsMoreTurnsOnItsGpu) {
-  // Two jobs at once on one simulated GPU, one at priority 2 (weight 4):
-  // while both run, it is measured about four times as often.
+TEST_F(DaemonTest, AJobsPriorityIsKeptAndBothJobsRun) {
+  // Two jobs at once on one simulated GPU, one at priority 2: it weighs 4
+  // at the GPU's gate (how turns follow weights is the fair gate's test).
   ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "2", "--sim-speed", "400"}));
   v1::SubmitJobResponse low, high;
-  ASSERT_TRUE(Submit(Budget(60, 1), &low, 0).ok());
-  ASSERT_TRUE(Submit(Budget(60, 2), &high, 2).ok());
+  ASSERT_TRUE(Submit(Budget(30, 1), &low, 0).ok());
+  ASSERT_TRUE(Submit(Budget(30, 2), &high, 2).ok());
   EXPECT_EQ(Follow(low.job_id()), v1::SUCCEEDED);
   EXPECT_EQ(Follow(high.job_id()), v1::SUCCEEDED);
-  auto times = [&](const std::string& id) {
-    std::vector<std::int64_t> t;
-    const v1::Job job = Get(id, true);
-    for (const auto& m : job.measurements()) {
-      t.push_back(m.measured_at().seconds() * 1000000 + m.measured_at().nanos() / 1000);
-    }
-    std::sort(t.begin(), t.end());
-    return t;
-  };
-  const std::vector<std::int64_t> lo = times(low.job_id()), hi = times(high.job_id());
-  ASSERT_EQ(hi.size(), 60u);
-  // While both ran (until the high-priority job's last measurement).
-  const auto low_meanwhile = std::count_if(
-      lo.begin(), lo.end(), [&](std::int64_t t) { return t >= hi.front() && t <= hi.back(); });
-  EXPECT_LT(low_meanwhile * 2, 60);
+  EXPECT_EQ(Get(high.job_id()).priority(), 2);
+  EXPECT_EQ(Get(low.job_id()).priority(), 0);
+  EXPECT_EQ(Get(high.job_id(), true).measurements_size(), 30);
 }
 
 TEST_F(DaemonTest, SeveralDevices) {
@@ -459,9 +303,7 @@ TEST_F(DaemonTest, CancelQueuedAndRunningJobs) {
   const RunResult c1 = Cli({"cancel", queued.job_id()});
   ASSERT_EQ(c1.code, 0) << c1.err;
   EXPECT_THAT(c1.out, HasSubstr("cancelled"));
-  for (int i = 0; i < 2000 && Get(running.job_id()).progress().evaluations() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  WaitForEvaluations(running.job_id(), 3);
   const RunResult c2 = Cli({"cancel", running.job_id(), "--json"});
   ASSERT_EQ(c2.code, 0) << c2.err;
   const v1::Job job = Get(running.job_id());
@@ -475,19 +317,15 @@ TEST_F(DaemonTest, CancelQueuedAndRunningJobs) {
 }
 
 TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "3", "--sim-speed", "100"}));
+  // About 100 ms a candidate: the jobs are far from done when killed.
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "3", "--sim-speed", "10"}));
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {
     v1::SubmitJobResponse r;
     ASSERT_TRUE(Submit(Budget(60, 10 + i), &r).ok());
     ids.push_back(r.job_id());
   }
-  for (int i = 0; i < 4000; ++i) {
-    bool all = true;
-    for (const std::string& id : ids) all = all && Get(id).progress().evaluations() >= 5;
-    if (all) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  for (const std::string& id : ids) WaitForEvaluations(id, 5);
   EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
   std::vector<std::int64_t> before;
   {
@@ -533,13 +371,12 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
 }
 
 TEST_F(DaemonTest, SigtermInterruptsRunningJobsWhichResumeOnRestart) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--sim-speed", "100"}));
+  // About 100 ms a candidate: the first job is far from done at SIGTERM.
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--sim-speed", "10"}));
   v1::SubmitJobResponse a, b;
   ASSERT_TRUE(Submit(Budget(50, 1), &a).ok());
   ASSERT_TRUE(Submit(Budget(50, 2), &b).ok());
-  for (int i = 0; i < 4000 && Get(a.job_id()).progress().evaluations() < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  WaitForEvaluations(a.job_id(), 3);
   EXPECT_EQ(Stop(SIGTERM), 0);
   {
     absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(Db(), false);
@@ -551,302 +388,6 @@ TEST_F(DaemonTest, SigtermInterruptsRunningJobsWhichResumeOnRestart) {
   EXPECT_EQ(Follow(b.job_id()), v1::SUCCEEDED);
   EXPECT_EQ(Get(a.job_id(), true).measurements_size(), 50);
   EXPECT_EQ(Get(b.job_id(), true).measurements_size(), 50);
-}
-
-// Another process writing into the daemon's store (a headless job, a
-// merge): GetBest's remembered answers notice it.
-TEST_F(DaemonTest, GetBestSeesWhatAnotherProcessStores) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv}));
-  const RunResult tuned = Cli({"tune", "--max-evals", "8", "--seed", "5", "--wait", "--json"});
-  ASSERT_EQ(tuned.code, 0) << tuned.err;
-  const double before = BestConvolutionMs();
-  EXPECT_EQ(BestConvolutionMs(), before);  // remembered
-  // The whole space, measured by a local job into the daemon's store.
-  const std::string out = File("local.out"), err = File("local.err");
-  ASSERT_EQ(Wait(Spawn(KTUNE_CLI_PATH,
-                       {"tune", "--local", "--device", kConv, "--strategy", "brute_force", "--db",
-                        Db(), "--json"},
-                       out, err)),
-            0)
-      << Slurp(err);
-  const double optimum = 0.5536000076681375;  // the recording's
-  ASSERT_GT(before, optimum);
-  double after = before;
-  for (int i = 0; i < 200 && after != optimum; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    after = BestConvolutionMs();
-  }
-  EXPECT_DOUBLE_EQ(after, optimum);
-}
-
-TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-evals", "100", "--max-space", "100000"}));
-  auto submit_error = [&](const v1::JobSpec& spec, int priority = 0) {
-    v1::SubmitJobResponse r;
-    const grpc::Status s = Submit(spec, &r, priority);
-    EXPECT_FALSE(s.ok());
-    return std::make_pair(s.error_code(), s.error_message());
-  };
-  v1::JobSpec spec = Budget(10, 0, "genius");
-  auto e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("strategy.name"));
-  EXPECT_THAT(e.second, HasSubstr("genius"));
-  spec = Budget(10, 0, "genetic");
-  (*spec.mutable_strategy()->mutable_options())["population"] = "1e20";
-  e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("strategy.options: strategy genetic: option population must be "
-                                  "an integer from 2 to 100000, not '1e20'"));
-
-  e = submit_error(Budget(500, 0));
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("strategy.max_evaluations"));
-  EXPECT_THAT(e.second, HasSubstr("--max-evals"));
-
-  spec = Budget(10, 0);
-  spec.mutable_device()->add_devices("cuda:7");
-  e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("device.devices"));
-
-  spec = Budget(10, 0);
-  spec.mutable_kernel()->set_name("k");
-  spec.mutable_kernel()->set_file("/etc/passwd");
-  e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("kernel.file"));
-
-  spec = Budget(10, 0);
-  spec.mutable_kernel()->set_name("k");
-  spec.mutable_kernel()->set_code("__global__ void k() {}");
-  v1::Parameter* p = spec.add_parameters();
-  p->set_name("block_size_x");
-  spec.add_constraints("block_size_x * < 4");
-  e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-
-  // A valid spec that the served recording cannot replay is refused at
-  // once, not queued to fail.
-  spec = Budget(10, 0);
-  spec.mutable_kernel()->set_name("k");
-  spec.mutable_kernel()->set_code("__global__ void k() {}");
-  p = spec.add_parameters();
-  p->set_name("block_size_x");
-  p->add_ints(32);
-  e = submit_error(spec);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("records parameters other than the job's"));
-  EXPECT_THAT(e.second, HasSubstr("use_shmem"));
-  {
-    grpc::ClientContext ctx;
-    v1::ListJobsResponse listed;
-    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &listed).ok());
-    EXPECT_EQ(listed.jobs_size(), 0) << "a refused job must not be stored";
-  }
-
-  e = submit_error(Budget(10, 0), 5000);
-  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(e.second, HasSubstr("priority"));
-
-  auto code_of = [&](auto call) { return call().error_code(); };
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::Job j;
-              return stub_->GetJob(&ctx, v1::GetJobRequest(), &j);
-            }),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::GetJobRequest r;
-              r.set_job_id("ffffffffffffff");
-              v1::Job j;
-              return stub_->GetJob(&ctx, r, &j);
-            }),
-            grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::ListJobsRequest r;
-              r.set_page_token("'; DROP TABLE jobs; --");
-              v1::ListJobsResponse l;
-              return stub_->ListJobs(&ctx, r, &l);
-            }),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::ListJobsRequest r;
-              r.set_page_size(-3);
-              v1::ListJobsResponse l;
-              return stub_->ListJobs(&ctx, r, &l);
-            }),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::CancelJobRequest r;
-              r.set_job_id("0000000000");
-              v1::Job j;
-              return stub_->CancelJob(&ctx, r, &j);
-            }),
-            grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::GetBestResponse r;
-              return stub_->GetBest(&ctx, v1::GetBestRequest(), &r);
-            }),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::GetBestRequest q;
-              q.set_kernel("convolution_kernel");
-              (*q.mutable_problem())["N"] = 0;
-              v1::GetBestResponse r;
-              return stub_->GetBest(&ctx, q, &r);
-            }),
-            grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(code_of([&] {
-              grpc::ClientContext ctx;
-              v1::GetBestRequest q;
-              q.set_kernel("never_tuned");
-              v1::GetBestResponse r;
-              return stub_->GetBest(&ctx, q, &r);
-            }),
-            grpc::StatusCode::NOT_FOUND);
-  {
-    // Bytes that are no GetBestRequest (GetBest is served on raw bytes).
-    grpc::GenericStub generic(channel_);
-    grpc::ClientContext ctx;
-    Deadline(ctx);
-    const std::string junk = "\xff\xff\xff\xff garbage";
-    grpc::Slice slice(junk);
-    grpc::ByteBuffer request(&slice, 1), response;
-    grpc::Status status;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    generic.UnaryCall(&ctx, "/ktune.v1.Tuner/GetBest", grpc::StubOptions(), &request, &response,
-                      [&](grpc::Status s) {
-                        std::lock_guard<std::mutex> lock(mu);
-                        status = s;
-                        done = true;
-                        cv.notify_all();
-                      });
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return done; });
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-    EXPECT_THAT(status.error_message(), HasSubstr("GetBestRequest"));
-  }
-  {
-    grpc::ClientContext ctx;
-    v1::WatchJobRequest r;
-    r.set_job_id("abcdef0123");
-    auto reader = stub_->WatchJob(&ctx, r);
-    v1::JobEvent ev;
-    EXPECT_FALSE(reader->Read(&ev));
-    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
-  }
-  // The daemon still works.
-  v1::SubmitJobResponse ok;
-  EXPECT_TRUE(Submit(Budget(5, 0), &ok).ok());
-  EXPECT_EQ(Follow(ok.job_id()), v1::SUCCEEDED);
-}
-
-TEST_F(DaemonTest, ArgumentMemoryLimitIsChecked) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-argument-mib", "64"}));
-  // The recorded convolution's kernel, with a 1 GiB input: too much here.
-  v1::JobSpec spec = Budget(10, 0);
-  spec.mutable_kernel()->set_name("convolution_kernel");
-  spec.mutable_kernel()->set_code("__global__ void convolution_kernel(float* in) {}");
-  (*spec.mutable_problem())["N"] = 1 << 28;
-  v1::Argument* a = spec.add_arguments();
-  a->set_name("in");
-  a->set_type(v1::Argument::F32);
-  a->mutable_buffer()->set_size("N");
-  a->mutable_buffer()->mutable_uniform()->set_high(1);
-  v1::Parameter* p = spec.add_parameters();
-  p->set_name("block_size_x");
-  p->add_ints(32);
-  v1::SubmitJobResponse r;
-  const grpc::Status s = Submit(spec, &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("1024 MiB"));
-  EXPECT_THAT(s.error_message(), HasSubstr("--max-argument-mib"));
-}
-
-TEST_F(DaemonTest, ASecondDaemonOnOneStoreIsRefused) {
-  ASSERT_TRUE(StartDaemon({"--device", kConv}));
-  // Two daemons would both resume the store's unfinished jobs.
-  const std::string err = File("second.err");
-  const int code =
-      Wait(Spawn(KTUNED_PATH, {"--db", Db(), "--listen", "127.0.0.1:0", "--device", kConv},
-                 File("second.out"), err));
-  EXPECT_NE(code, 0);
-  EXPECT_THAT(Slurp(err), HasSubstr("another ktuned (pid " + std::to_string(pid_) + ")"));
-  // The first serves on; once it has stopped, the store is free.
-  v1::SubmitJobResponse r;
-  EXPECT_TRUE(Submit(Budget(5, 1), &r).ok());
-  EXPECT_EQ(Follow(r.job_id()), v1::SUCCEEDED);
-  EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
-  EXPECT_TRUE(StartDaemon({"--device", kConv}));
-}
-
-TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {
-  ASSERT_TRUE(StartDaemon(
-      {"--device", kConv, "--max-running", "1", "--max-queued", "1", "--sim-speed", "20"}));
-  v1::SubmitJobResponse r;
-  ASSERT_TRUE(Submit(Budget(500, 1), &r).ok());  // runs
-  ASSERT_TRUE(Submit(Budget(500, 2), &r).ok());  // waits
-  const grpc::Status s = Submit(Budget(500, 3), &r);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  EXPECT_THAT(s.error_message(), HasSubstr("--max-queued"));
-}
-
-TEST_F(DaemonTest, TokensAndAddresses) {
-  std::string failure;
-  EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", "0.0.0.0:0"}, &failure));
-  EXPECT_THAT(failure, HasSubstr("TLS"));
-  EXPECT_THAT(failure, HasSubstr("--token-file"));
-
-  std::ofstream(File("token")) << "s3cret-token\n";
-  chmod(File("token").c_str(), 0600);
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--token-file", File("token")}));
-  grpc::ClientContext ctx;
-  v1::ListDevicesResponse devices;
-  EXPECT_EQ(stub_->ListDevices(&ctx, v1::ListDevicesRequest(), &devices).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
-  grpc::ClientContext wrong;
-  wrong.AddMetadata("authorization", "Bearer s3cret-tokem");
-  EXPECT_EQ(stub_->ListDevices(&wrong, v1::ListDevicesRequest(), &devices).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
-  const RunResult anonymous = Cli({"jobs"});
-  EXPECT_EQ(anonymous.code, 1);
-  EXPECT_THAT(anonymous.err, HasSubstr("unauthenticated"));
-  const RunResult with_token = Cli({"devices", "--token-file", File("token")});
-  EXPECT_EQ(with_token.code, 0) << with_token.err;
-  EXPECT_THAT(with_token.out, HasSubstr("A100"));
-  Stop(SIGTERM);
-
-  ASSERT_TRUE(StartDaemon({"--device", kConv, "--listen", "0.0.0.0:0", "--insecure"}));
-  EXPECT_THAT(Slurp(File("daemon.err")), HasSubstr("WARNING"));
-}
-
-TEST_F(DaemonTest, TlsWithAToken) {
-  if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
-  const std::string cmd =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
-      File("key.pem") + " -out " + File("cert.pem") + " 2>/dev/null";
-  ASSERT_EQ(system(cmd.c_str()), 0);
-  std::ofstream(File("token")) << "tls-token";
-  chmod(File("token").c_str(), 0600);
-  ASSERT_TRUE(
-      StartDaemon({"--device", kConv, "--listen", "localhost:0", "--tls-cert", File("cert.pem"),
-                   "--tls-key", File("key.pem"), "--token-file", File("token")}));
-  const RunResult secured =
-      Cli({"devices", "--tls-ca", File("cert.pem"), "--token-file", File("token"), "--json"});
-  EXPECT_EQ(secured.code, 0) << secured.err;
-  EXPECT_THAT(secured.out, HasSubstr("A100"));
-  const RunResult plain = Cli({"devices", "--token-file", File("token"), "--timeout", "3"});
-  EXPECT_EQ(plain.code, 1);
 }
 
 }  // namespace

@@ -185,5 +185,13 @@ TEST(FairGateTest, AHoldRunsOutWhenItsJobDoesNotComeBack) {
   EXPECT_TRUE(light_turn.load());
 }
 
+TEST(FairGateTest, APrioritysWeightDoublesPerStep) {
+  EXPECT_DOUBLE_EQ(GateWeight(0), 1.0);
+  EXPECT_DOUBLE_EQ(GateWeight(2), 4.0);
+  EXPECT_DOUBLE_EQ(GateWeight(-1), 0.5);
+  EXPECT_DOUBLE_EQ(GateWeight(1000), 16.0);
+  EXPECT_DOUBLE_EQ(GateWeight(-1000), 1.0 / 16);
+}
+
 }  // namespace
 }  // namespace ktune

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <latch>
 #include <map>
 #include <mutex>
 #include <set>
@@ -30,11 +31,14 @@ struct GpuLog {
   std::atomic<int> evaluations{0};
 };
 
-// A device double that takes a little while per evaluation; time is a
-// function of the configuration.
+// A device double; time is a function of the configuration. With a
+// `rendezvous`, its first evaluation waits until every device sharing the
+// rendezvous has begun one: a group that left a member idle never gets
+// past it.
 class SlowDevice final : public Device {
  public:
-  SlowDevice(std::string id, std::string name, GpuLog* log) : log_(log) {
+  SlowDevice(std::string id, std::string name, GpuLog* log, std::latch* rendezvous = nullptr)
+      : log_(log), rendezvous_(rendezvous) {
     info_.id = std::move(id);
     info_.name = std::move(name);
     info_.architecture = "sm_90";
@@ -52,7 +56,11 @@ class SlowDevice final : public Device {
     int seen = log_->most_inside.load();
     while (now > seen && !log_->most_inside.compare_exchange_weak(seen, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(300));
+    if (rendezvous_ != nullptr && !met_) {
+      met_ = true;
+      rendezvous_->arrive_and_wait();
+    }
+    for (int i = 0; i < 20; ++i) std::this_thread::yield();  // a while inside
     log_->inside.fetch_sub(1);
     log_->evaluations.fetch_add(1);
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,6 +93,8 @@ class SlowDevice final : public Device {
  private:
   DeviceInfo info_;
   GpuLog* log_;
+  std::latch* rendezvous_;
+  bool met_ = false;
   const Space* space_ = nullptr;
   std::mutex mu_;
   bool remeasuring_ = false;
@@ -121,9 +131,10 @@ TEST(DeviceGroupTest, DevicesOfDifferentModelsAreNeverGrouped) {
 
 TEST(DeviceGroupTest, AJobSpreadsOverBothDevicesAndMeasuresEachConfigurationOnce) {
   GpuLog log0, log1;
+  std::latch both_measuring(2);
   std::vector<std::unique_ptr<Device>> members;
-  auto d0 = std::make_unique<SlowDevice>("cuda:0", "NVIDIA H200", &log0);
-  auto d1 = std::make_unique<SlowDevice>("cuda:1", "NVIDIA H200", &log1);
+  auto d0 = std::make_unique<SlowDevice>("cuda:0", "NVIDIA H200", &log0, &both_measuring);
+  auto d1 = std::make_unique<SlowDevice>("cuda:1", "NVIDIA H200", &log1, &both_measuring);
   SlowDevice* first = d0.get();
   SlowDevice* second = d1.get();
   members.push_back(std::move(d0));

@@ -3,6 +3,7 @@
 #define KTUNE_TESTS_TESTING_PROCESS_H_
 
 #include <fcntl.h>
+#include <errno.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +38,50 @@ inline pid_t Spawn(const std::string& binary, const std::vector<std::string>& ar
     _exit(127);
   }
   return pid;
+}
+
+// Starts `binary args...` as Spawn does, with the write end of a new pipe
+// as the child's fd 3; *read_fd receives the read end (the caller closes
+// it). The child can say something to the test on /dev/fd/3.
+inline pid_t SpawnWithPipe(const std::string& binary, const std::vector<std::string>& args,
+                           const std::string& out, const std::string& err, int* read_fd) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (p[1] == 3) {
+      fcntl(3, F_SETFD, 0);  // keep it across exec
+    } else {
+      dup2(p[1], 3);  // the copy is kept across exec
+    }
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1);
+    dup2(e, 2);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  close(p[1]);
+  *read_fd = p[0];
+  return pid;
+}
+
+// Reads `fd` up to a newline (not included), blocking: "" when the writer
+// closed it first.
+inline std::string ReadLine(int fd) {
+  std::string line;
+  char c = 0;
+  while (true) {
+    const ssize_t n = read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "";
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
 }
 
 // Waits for `pid`: its exit code, or 128 + the signal that ended it.

@@ -1,0 +1,70 @@
+// The scheduler's own records of devices, jobs and watchers, shared by its
+// two source files (scheduler.cc: jobs from submission to end;
+// scheduler_queries.cc: reads, watches, cancellation). Internal to
+// server/daemon.
+#ifndef KTUNE_SERVER_DAEMON_SCHEDULER_ENTRY_H_
+#define KTUNE_SERVER_DAEMON_SCHEDULER_ENTRY_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/daemon/fair_gate.h"
+#include "server/daemon/scheduler.h"
+#include "server/runner/job_run.h"
+
+namespace ktune {
+
+struct Scheduler::DeviceSlot {
+  explicit DeviceSlot(const Clock& clock) : gate(std::chrono::milliseconds(2), clock) {}
+  std::string locator;
+  DeviceInfo info;
+  std::unique_ptr<Device> probe;  // simulated devices: shares its recording
+  FairGate gate;
+};
+
+struct Scheduler::Subscription {
+  std::shared_ptr<EventSink> sink;
+  bool replaying = false;
+  std::int64_t replayed_up_to = -1;                 // measurement sequences already sent
+  std::vector<std::pair<v1::JobEvent, bool>> held;  // live events during replay
+};
+
+struct Scheduler::Entry {
+  std::string id;
+  int priority = 0;
+  std::uint64_t order = 0;
+  DeviceSlot* slot = nullptr;
+  // A job spread over several GPUs of one model: all its slots, `slot`
+  // first.
+  std::vector<DeviceSlot*> slots;
+  std::optional<JobRun> run;
+  JobRecord record;
+  std::unique_ptr<Device> device;
+  std::atomic<bool> stop{false};
+  bool existed = false;    // the store knew the job when it was submitted
+  bool cancelled = false;  // by a client (guarded by Scheduler::mu_)
+  bool running = false;    // guarded by Scheduler::mu_
+  bool done = false;       // guarded by Scheduler::mu_
+  std::condition_variable finished;
+
+  std::mutex events_mu;
+  std::vector<std::shared_ptr<Subscription>> subs;  // guarded by events_mu
+  // The last event went out (guarded by events_mu): a later watcher reads
+  // the end from the store. `done` is set after it, under mu_, so it cannot
+  // tell a watcher whether its subscription would still hear anything.
+  bool ended = false;
+};
+
+// A state change as an event of the job's stream, stamped now.
+v1::JobEvent StateEvent(const std::string& id, v1::JobState state);
+void Now(google::protobuf::Timestamp* t);
+
+}  // namespace ktune
+
+#endif  // KTUNE_SERVER_DAEMON_SCHEDULER_ENTRY_H_

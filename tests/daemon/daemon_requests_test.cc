@@ -1,0 +1,306 @@
+// The daemon over loopback: what it refuses, and how it says so (malformed
+// requests, its limits, a second daemon, tokens and TLS).
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ktune/v1/tuner.grpc.pb.h"
+#include "tests/daemon/daemon_fixture.h"
+#include "tuner/base/json.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-evals", "100", "--max-space", "100000"}));
+  auto submit_error = [&](const v1::JobSpec& spec, int priority = 0) {
+    v1::SubmitJobResponse r;
+    const grpc::Status s = Submit(spec, &r, priority);
+    EXPECT_FALSE(s.ok());
+    return std::make_pair(s.error_code(), s.error_message());
+  };
+  v1::JobSpec spec = Budget(10, 0, "genius");
+  auto e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("strategy.name"));
+  EXPECT_THAT(e.second, HasSubstr("genius"));
+  spec = Budget(10, 0, "genetic");
+  (*spec.mutable_strategy()->mutable_options())["population"] = "1e20";
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("strategy.options: strategy genetic: option population must be "
+                                  "an integer from 2 to 100000, not '1e20'"));
+
+  e = submit_error(Budget(500, 0));
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("strategy.max_evaluations"));
+  EXPECT_THAT(e.second, HasSubstr("--max-evals"));
+
+  spec = Budget(10, 0);
+  spec.mutable_device()->add_devices("cuda:7");
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("device.devices"));
+
+  spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("k");
+  spec.mutable_kernel()->set_file("/etc/passwd");
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("kernel.file"));
+
+  spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("k");
+  spec.mutable_kernel()->set_code("__global__ void k() {}");
+  v1::Parameter* p = spec.add_parameters();
+  p->set_name("block_size_x");
+  spec.add_constraints("block_size_x * < 4");
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+
+  // A valid spec that the served recording cannot replay is refused at
+  // once, not queued to fail.
+  spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("k");
+  spec.mutable_kernel()->set_code("__global__ void k() {}");
+  p = spec.add_parameters();
+  p->set_name("block_size_x");
+  p->add_ints(32);
+  e = submit_error(spec);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("records parameters other than the job's"));
+  EXPECT_THAT(e.second, HasSubstr("use_shmem"));
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse listed;
+    ASSERT_TRUE(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &listed).ok());
+    EXPECT_EQ(listed.jobs_size(), 0) << "a refused job must not be stored";
+  }
+
+  e = submit_error(Budget(10, 0), 5000);
+  EXPECT_EQ(e.first, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(e.second, HasSubstr("priority"));
+
+  auto code_of = [&](auto call) { return call().error_code(); };
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::Job j;
+              return stub_->GetJob(&ctx, v1::GetJobRequest(), &j);
+            }),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::GetJobRequest r;
+              r.set_job_id("ffffffffffffff");
+              v1::Job j;
+              return stub_->GetJob(&ctx, r, &j);
+            }),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::ListJobsRequest r;
+              r.set_page_token("'; DROP TABLE jobs; --");
+              v1::ListJobsResponse l;
+              return stub_->ListJobs(&ctx, r, &l);
+            }),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::ListJobsRequest r;
+              r.set_page_size(-3);
+              v1::ListJobsResponse l;
+              return stub_->ListJobs(&ctx, r, &l);
+            }),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::CancelJobRequest r;
+              r.set_job_id("0000000000");
+              v1::Job j;
+              return stub_->CancelJob(&ctx, r, &j);
+            }),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::GetBestResponse r;
+              return stub_->GetBest(&ctx, v1::GetBestRequest(), &r);
+            }),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::GetBestRequest q;
+              q.set_kernel("convolution_kernel");
+              (*q.mutable_problem())["N"] = 0;
+              v1::GetBestResponse r;
+              return stub_->GetBest(&ctx, q, &r);
+            }),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(code_of([&] {
+              grpc::ClientContext ctx;
+              v1::GetBestRequest q;
+              q.set_kernel("never_tuned");
+              v1::GetBestResponse r;
+              return stub_->GetBest(&ctx, q, &r);
+            }),
+            grpc::StatusCode::NOT_FOUND);
+  {
+    // Bytes that are no GetBestRequest (GetBest is served on raw bytes).
+    grpc::GenericStub generic(channel_);
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    const std::string junk = "\xff\xff\xff\xff garbage";
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer request(&slice, 1), response;
+    grpc::Status status;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    generic.UnaryCall(&ctx, "/ktune.v1.Tuner/GetBest", grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        status = s;
+                        done = true;
+                        cv.notify_all();
+                      });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("GetBestRequest"));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest r;
+    r.set_job_id("abcdef0123");
+    auto reader = stub_->WatchJob(&ctx, r);
+    v1::JobEvent ev;
+    EXPECT_FALSE(reader->Read(&ev));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // The daemon still works.
+  v1::SubmitJobResponse ok;
+  EXPECT_TRUE(Submit(Budget(5, 0), &ok).ok());
+  EXPECT_EQ(Follow(ok.job_id()), v1::SUCCEEDED);
+}
+
+TEST_F(DaemonTest, ArgumentMemoryLimitIsChecked) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-argument-mib", "64"}));
+  // The recorded convolution's kernel, with a 1 GiB input: too much here.
+  v1::JobSpec spec = Budget(10, 0);
+  spec.mutable_kernel()->set_name("convolution_kernel");
+  spec.mutable_kernel()->set_code("__global__ void convolution_kernel(float* in) {}");
+  (*spec.mutable_problem())["N"] = 1 << 28;
+  v1::Argument* a = spec.add_arguments();
+  a->set_name("in");
+  a->set_type(v1::Argument::F32);
+  a->mutable_buffer()->set_size("N");
+  a->mutable_buffer()->mutable_uniform()->set_high(1);
+  v1::Parameter* p = spec.add_parameters();
+  p->set_name("block_size_x");
+  p->add_ints(32);
+  v1::SubmitJobResponse r;
+  const grpc::Status s = Submit(spec, &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("1024 MiB"));
+  EXPECT_THAT(s.error_message(), HasSubstr("--max-argument-mib"));
+}
+
+TEST_F(DaemonTest, ASecondDaemonOnOneStoreIsRefused) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  // Two daemons would both resume the store's unfinished jobs.
+  const std::string err = File("second.err");
+  const int code =
+      Wait(Spawn(KTUNED_PATH, {"--db", Db(), "--listen", "127.0.0.1:0", "--device", kConv},
+                 File("second.out"), err));
+  EXPECT_NE(code, 0);
+  EXPECT_THAT(Slurp(err), HasSubstr("another ktuned (pid " + std::to_string(pid_) + ")"));
+  // The first serves on; once it has stopped, the store is free.
+  v1::SubmitJobResponse r;
+  EXPECT_TRUE(Submit(Budget(5, 1), &r).ok());
+  EXPECT_EQ(Follow(r.job_id()), v1::SUCCEEDED);
+  EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
+  EXPECT_TRUE(StartDaemon({"--device", kConv}));
+}
+
+TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {
+  ASSERT_TRUE(StartDaemon(
+      {"--device", kConv, "--max-running", "1", "--max-queued", "1", "--sim-speed", "20"}));
+  v1::SubmitJobResponse r;
+  ASSERT_TRUE(Submit(Budget(500, 1), &r).ok());  // runs
+  ASSERT_TRUE(Submit(Budget(500, 2), &r).ok());  // waits
+  const grpc::Status s = Submit(Budget(500, 3), &r);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(s.error_message(), HasSubstr("--max-queued"));
+}
+
+TEST_F(DaemonTest, TokensAndAddresses) {
+  std::string failure;
+  EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", "0.0.0.0:0"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("TLS"));
+  EXPECT_THAT(failure, HasSubstr("--token-file"));
+
+  std::ofstream(File("token")) << "s3cret-token\n";
+  chmod(File("token").c_str(), 0600);
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--token-file", File("token")}));
+  grpc::ClientContext ctx;
+  v1::ListDevicesResponse devices;
+  EXPECT_EQ(stub_->ListDevices(&ctx, v1::ListDevicesRequest(), &devices).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  grpc::ClientContext wrong;
+  wrong.AddMetadata("authorization", "Bearer s3cret-tokem");
+  EXPECT_EQ(stub_->ListDevices(&wrong, v1::ListDevicesRequest(), &devices).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  const RunResult anonymous = Cli({"jobs"});
+  EXPECT_EQ(anonymous.code, 1);
+  EXPECT_THAT(anonymous.err, HasSubstr("unauthenticated"));
+  const RunResult with_token = Cli({"devices", "--token-file", File("token")});
+  EXPECT_EQ(with_token.code, 0) << with_token.err;
+  EXPECT_THAT(with_token.out, HasSubstr("A100"));
+  Stop(SIGTERM);
+
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--listen", "0.0.0.0:0", "--insecure"}));
+  EXPECT_THAT(Slurp(File("daemon.err")), HasSubstr("WARNING"));
+}
+
+TEST_F(DaemonTest, TlsWithAToken) {
+  if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
+  const std::string cmd =
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
+      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
+      File("key.pem") + " -out " + File("cert.pem") + " 2>/dev/null";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  std::ofstream(File("token")) << "tls-token";
+  chmod(File("token").c_str(), 0600);
+  ASSERT_TRUE(
+      StartDaemon({"--device", kConv, "--listen", "localhost:0", "--tls-cert", File("cert.pem"),
+                   "--tls-key", File("key.pem"), "--token-file", File("token")}));
+  const RunResult secured =
+      Cli({"devices", "--tls-ca", File("cert.pem"), "--token-file", File("token"), "--json"});
+  EXPECT_EQ(secured.code, 0) << secured.err;
+  EXPECT_THAT(secured.out, HasSubstr("A100"));
+  const RunResult plain = Cli({"devices", "--token-file", File("token"), "--timeout", "3"});
+  EXPECT_EQ(plain.code, 1);
+}
+
+}  // namespace
+}  // namespace ktune
