@@ -21,22 +21,27 @@ inline std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// In a forked child: stdout and stderr to files, then `binary args...`.
+[[noreturn]] inline void ExecWithOutput(const std::string& binary,
+                                        const std::vector<std::string>& args,
+                                        const std::string& out, const std::string& err) {
+  const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(o, 1);
+  dup2(e, 2);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(binary.c_str(), argv.data());
+  _exit(127);
+}
+
 // Starts `binary args...` with stdout and stderr going to files.
 inline pid_t Spawn(const std::string& binary, const std::vector<std::string>& args,
                    const std::string& out, const std::string& err) {
   const pid_t pid = fork();
-  if (pid == 0) {
-    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
+  if (pid == 0) ExecWithOutput(binary, args, out, err);
   return pid;
 }
 
@@ -54,16 +59,7 @@ inline pid_t SpawnWithPipe(const std::string& binary, const std::vector<std::str
     } else {
       dup2(p[1], 3);  // the copy is kept across exec
     }
-    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
+    ExecWithOutput(binary, args, out, err);
   }
   close(p[1]);
   *read_fd = p[0];
