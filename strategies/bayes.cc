@@ -286,8 +286,18 @@ std::vector<Config> BayesianOptimization::Candidates() {
   return out;
 }
 
-std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
-  std::vector<Config> out;
+// The candidates of one round, encoded, with their success probabilities;
+// grows as the refinement climbs into neighbours.
+struct BayesianOptimization::Pool {
+  std::vector<Config> configs;
+  ConfigSet in;  // the candidates, when sampled
+  Eigen::MatrixXd x;
+  Eigen::VectorXd feasible;
+  std::vector<bool> taken;
+  Eigen::Index d = 1;
+};
+
+bool BayesianOptimization::AskWithoutModel(std::size_t n, std::vector<Config>& out) {
   auto take = [&](Config c) {
     seen_.insert(c);
     out.push_back(std::move(c));
@@ -298,7 +308,7 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   while (out.size() < n &&
          (observations_.size() + out.size() < static_cast<std::size_t>(initial_) || n_ok < 2)) {
     std::optional<Config> c = SpreadPick(out);
-    if (!c) return out;
+    if (!c) return true;
     take(*std::move(c));
   }
   while (out.size() < n && options_.random_every > 0 &&
@@ -309,17 +319,26 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   }
   if (out.size() >= n) {
     proposals_ += out.size();
-    return out;
+    return true;
   }
+  return false;
+}
 
-  Refit();
-  std::vector<Config> candidates = Candidates();
-  if (candidates.empty()) return out;
-  const bool sampled = all_.empty() || candidates.size() < unseen_.size();
-  ConfigSet in;  // the candidates, when sampled
+void BayesianOptimization::EncodeRows(Pool& pool, Eigen::Index from) const {
+  std::vector<double> buf(static_cast<std::size_t>(pool.d));
+  for (Eigen::Index i = from; i < pool.x.rows() && encoder_.dims() > 0; ++i) {
+    encoder_.Encode(pool.configs[static_cast<std::size_t>(i)], buf.data());
+    for (Eigen::Index j = 0; j < pool.d; ++j) pool.x(i, j) = buf[static_cast<std::size_t>(j)];
+  }
+}
+
+bool BayesianOptimization::FillPool(Pool& pool) {
+  pool.configs = Candidates();
+  if (pool.configs.empty()) return false;
+  const bool sampled = all_.empty() || pool.configs.size() < unseen_.size();
   // Neighbours of the best few, for large spaces.
   if (sampled) {
-    in.insert(candidates.begin(), candidates.end());
+    pool.in.insert(pool.configs.begin(), pool.configs.end());
     std::vector<std::pair<double, std::size_t>> order;
     for (std::size_t i = 0; i < observations_.size(); ++i) {
       if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
@@ -328,63 +347,119 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
     for (std::size_t k = 0; k < order.size() && k < 5; ++k) {
       for (Config& nb :
            space_.Neighbours(observed_configs_[order[k].second], Space::Neighbourhood::kHamming)) {
-        if (seen_.count(nb) == 0 && in.insert(nb).second) candidates.push_back(std::move(nb));
+        if (seen_.count(nb) == 0 && pool.in.insert(nb).second) pool.configs.push_back(std::move(nb));
       }
     }
   }
-  auto m = static_cast<Eigen::Index>(candidates.size());
-  const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
-  Eigen::MatrixXd xc(m, d);
-  xc.setZero();
-  std::vector<double> buf(static_cast<std::size_t>(d));
-  // Encodes candidates [from, m) into the rows of xc.
-  auto encode_rows = [&](Eigen::Index from) {
-    for (Eigen::Index i = from; i < m && encoder_.dims() > 0; ++i) {
-      encoder_.Encode(candidates[static_cast<std::size_t>(i)], buf.data());
-      for (Eigen::Index j = 0; j < d; ++j) xc(i, j) = buf[static_cast<std::size_t>(j)];
+  const auto m = static_cast<Eigen::Index>(pool.configs.size());
+  pool.d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
+  pool.x.resize(m, pool.d);
+  pool.x.setZero();
+  EncodeRows(pool, 0);
+  return sampled;
+}
+
+void BayesianOptimization::LearnFromNominees(Eigen::Index d) {
+  if (pending_nominees_.empty()) return;
+  Eigen::MatrixXd xn(static_cast<Eigen::Index>(pending_nominees_.size()), d);
+  for (std::size_t i = 0; i < pending_nominees_.size(); ++i) {
+    for (Eigen::Index j = 0; j < d; ++j) {
+      xn(static_cast<Eigen::Index>(i), j) = pending_nominees_[i].second[static_cast<std::size_t>(j)];
     }
-  };
-  encode_rows(0);
-  // The hedge learns from the last round's nominees.
-  if (!pending_nominees_.empty()) {
-    Eigen::MatrixXd xn(static_cast<Eigen::Index>(pending_nominees_.size()), d);
-    for (std::size_t i = 0; i < pending_nominees_.size(); ++i) {
-      for (Eigen::Index j = 0; j < d; ++j) {
-        xn(static_cast<Eigen::Index>(i), j) =
-            pending_nominees_[i].second[static_cast<std::size_t>(j)];
-      }
-    }
-    Eigen::VectorXd mu;
-    gp_.Predict(xn, &mu, nullptr);
-    for (std::size_t i = 0; i < pending_nominees_.size() && i < 3; ++i) {
-      gains_[i] -= mu(static_cast<Eigen::Index>(i));
-    }
-    pending_nominees_.clear();
   }
-  Eigen::VectorXd feasible = Feasibility(xc);
-  std::vector<bool> taken(static_cast<std::size_t>(m), false);
+  Eigen::VectorXd mu;
+  gp_.Predict(xn, &mu, nullptr);
+  for (std::size_t i = 0; i < pending_nominees_.size() && i < 3; ++i) {
+    gains_[i] -= mu(static_cast<Eigen::Index>(i));
+  }
+  pending_nominees_.clear();
+}
+
+void BayesianOptimization::Acquisitions(double mean, double variance, double p,
+                                        double acq[3]) const {
+  // Expected improvement, probability of improvement, and the lower
+  // confidence bound as a utility (how far it reaches below the best).
   const double best_y = best_standardised_;
-  // The three acquisitions at a predicted mean, variance and success
-  // probability: expected improvement, probability of improvement, and the
-  // lower confidence bound as a utility (how far it reaches below the best).
-  auto acquisitions = [&](double mean, double variance, double p, double acq[3]) {
-    const double s = std::sqrt(variance);
-    const double z = (best_y - mean - kExplore) / s;
-    acq[0] = ((best_y - mean - kExplore) * NormalCdf(z) + s * NormalPdf(z)) * p;
-    acq[1] = NormalCdf(z) * p;
-    acq[2] = std::max(0.0, best_y - (mean - kKappa * s)) * p;
-  };
+  const double s = std::sqrt(variance);
+  const double z = (best_y - mean - kExplore) / s;
+  acq[0] = ((best_y - mean - kExplore) * NormalCdf(z) + s * NormalPdf(z)) * p;
+  acq[1] = NormalCdf(z) * p;
+  acq[2] = std::max(0.0, best_y - (mean - kKappa * s)) * p;
+}
+
+int BayesianOptimization::ChooseAcquisition() {
+  // A softmax of the hedge's gains.
+  double g_max = -std::numeric_limits<double>::infinity();
+  for (int a = 0; a < 3; ++a) {
+    if (options_.acquisitions & (1 << a)) g_max = std::max(g_max, gains_[a]);
+  }
+  double w[3], w_sum = 0;
+  for (int a = 0; a < 3; ++a) {
+    w[a] = (options_.acquisitions & (1 << a)) ? std::exp(kHedgeRate * (gains_[a] - g_max)) : 0.0;
+    w_sum += w[a];
+  }
+  double u = rng_.UniformDouble() * w_sum;
+  int chosen = 0;
+  while (chosen < 2 && u > w[chosen]) u -= w[chosen++];
+  return chosen;
+}
+
+std::size_t BayesianOptimization::Refine(Pool& pool, std::size_t pick, int chosen, double value,
+                                         double* pick_mean) {
+  // The sample only approximates the space: climb from the pick through its
+  // unseen one-parameter neighbours while the acquisition improves.
+  for (int step = 0; step < kRefineSteps; ++step) {
+    const auto from = static_cast<Eigen::Index>(pool.configs.size());
+    for (Config& nb : space_.Neighbours(pool.configs[pick], Space::Neighbourhood::kHamming)) {
+      if (seen_.count(nb) == 0 && pool.in.insert(nb).second) pool.configs.push_back(std::move(nb));
+    }
+    const auto m = static_cast<Eigen::Index>(pool.configs.size());
+    if (m == from) break;
+    pool.x.conservativeResize(m, pool.d);
+    EncodeRows(pool, from);
+    pool.feasible.conservativeResize(m);
+    pool.feasible.tail(m - from) = Feasibility(pool.x.bottomRows(m - from));
+    pool.taken.resize(static_cast<std::size_t>(m), false);
+    Eigen::VectorXd mu_n, var_n;
+    gp_.Predict(pool.x.bottomRows(m - from), &mu_n, &var_n);
+    std::size_t better = pick;
+    for (Eigen::Index i = 0; i < m - from; ++i) {
+      double acq[3];
+      Acquisitions(mu_n(i), var_n(i), pool.feasible(from + i), acq);
+      if (acq[chosen] > value) {
+        value = acq[chosen];
+        better = static_cast<std::size_t>(from + i);
+        *pick_mean = mu_n(i);
+      }
+    }
+    if (better == pick) break;
+    pick = better;
+  }
+  return pick;
+}
+
+std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
+  std::vector<Config> out;
+  if (AskWithoutModel(n, out)) return out;
+  Refit();
+  Pool pool;
+  const bool sampled = FillPool(pool);
+  if (pool.configs.empty()) return out;
+  LearnFromNominees(pool.d);
+  pool.feasible = Feasibility(pool.x);
+  pool.taken.assign(pool.configs.size(), false);
   while (out.size() < n) {
+    const auto m = static_cast<Eigen::Index>(pool.configs.size());
     Eigen::VectorXd mu, var;
-    gp_.Predict(xc, &mu, &var);
+    gp_.Predict(pool.x, &mu, &var);
     int nominee[3] = {-1, -1, -1};
     double top[3] = {-std::numeric_limits<double>::infinity(),
                      -std::numeric_limits<double>::infinity(),
                      -std::numeric_limits<double>::infinity()};
     for (Eigen::Index i = 0; i < m; ++i) {
-      if (taken[static_cast<std::size_t>(i)]) continue;
+      if (pool.taken[static_cast<std::size_t>(i)]) continue;
       double acq[3];
-      acquisitions(mu(i), var(i), feasible(i), acq);
+      Acquisitions(mu(i), var(i), pool.feasible(i), acq);
       for (int a = 0; a < 3; ++a) {
         if (acq[a] > top[a]) {
           top[a] = acq[a];
@@ -393,66 +468,28 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
       }
     }
     if (nominee[0] < 0) break;
-    // Choose an acquisition: softmax of the hedge's gains.
-    double g_max = -std::numeric_limits<double>::infinity();
-    for (int a = 0; a < 3; ++a) {
-      if (options_.acquisitions & (1 << a)) g_max = std::max(g_max, gains_[a]);
-    }
-    double w[3], w_sum = 0;
-    for (int a = 0; a < 3; ++a) {
-      w[a] = (options_.acquisitions & (1 << a)) ? std::exp(kHedgeRate * (gains_[a] - g_max)) : 0.0;
-      w_sum += w[a];
-    }
-    double u = rng_.UniformDouble() * w_sum;
-    int chosen = 0;
-    while (chosen < 2 && u > w[chosen]) u -= w[chosen++];
+    const int chosen = ChooseAcquisition();
     auto pick = static_cast<std::size_t>(nominee[chosen]);
     double pick_mean = mu(static_cast<Eigen::Index>(pick));
     if (sampled) {
-      // The sample only approximates the space: climb from the pick through
-      // its unseen one-parameter neighbours while the acquisition improves.
-      double value = top[chosen];
-      for (int step = 0; step < kRefineSteps; ++step) {
-        const Eigen::Index from = m;
-        for (Config& nb : space_.Neighbours(candidates[pick], Space::Neighbourhood::kHamming)) {
-          if (seen_.count(nb) == 0 && in.insert(nb).second) candidates.push_back(std::move(nb));
-        }
-        m = static_cast<Eigen::Index>(candidates.size());
-        if (m == from) break;
-        xc.conservativeResize(m, d);
-        encode_rows(from);
-        feasible.conservativeResize(m);
-        feasible.tail(m - from) = Feasibility(xc.bottomRows(m - from));
-        taken.resize(static_cast<std::size_t>(m), false);
-        Eigen::VectorXd mu_n, var_n;
-        gp_.Predict(xc.bottomRows(m - from), &mu_n, &var_n);
-        std::size_t better = pick;
-        for (Eigen::Index i = 0; i < m - from; ++i) {
-          double acq[3];
-          acquisitions(mu_n(i), var_n(i), feasible(from + i), acq);
-          if (acq[chosen] > value) {
-            value = acq[chosen];
-            better = static_cast<std::size_t>(from + i);
-            pick_mean = mu_n(i);
-          }
-        }
-        if (better == pick) break;
-        pick = better;
-      }
+      pick = Refine(pool, pick, chosen, top[chosen], &pick_mean);
       nominee[chosen] = static_cast<int>(pick);
     }
     if (out.empty() && pending_nominees_.empty()) {
       for (int a = 0; a < 3; ++a) {
-        std::vector<double> enc(static_cast<std::size_t>(d));
-        for (Eigen::Index j = 0; j < d; ++j) enc[static_cast<std::size_t>(j)] = xc(nominee[a], j);
-        pending_nominees_.emplace_back(candidates[static_cast<std::size_t>(nominee[a])], enc);
+        std::vector<double> enc(static_cast<std::size_t>(pool.d));
+        for (Eigen::Index j = 0; j < pool.d; ++j) {
+          enc[static_cast<std::size_t>(j)] = pool.x(nominee[a], j);
+        }
+        pending_nominees_.emplace_back(pool.configs[static_cast<std::size_t>(nominee[a])], enc);
       }
     }
-    taken[pick] = true;
-    take(candidates[pick]);
+    pool.taken[pick] = true;
+    seen_.insert(pool.configs[pick]);
+    out.push_back(pool.configs[pick]);
     if (out.size() < n) {
       // Kriging believer: pretend the pick came out at its mean.
-      gp_.Add(xc.row(static_cast<Eigen::Index>(pick)).transpose(), pick_mean);
+      gp_.Add(pool.x.row(static_cast<Eigen::Index>(pick)).transpose(), pick_mean);
     }
   }
   proposals_ += out.size();

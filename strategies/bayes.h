@@ -75,6 +75,23 @@ class BayesianOptimization final : public Strategy {
     bool ok = false;
   };
 
+  struct Pool;
+
+  // The picks that need no model: the warm start's, the initial spread
+  // ones, and every random_every-th. True when they fill the batch.
+  bool AskWithoutModel(std::size_t n, std::vector<Config>& out);
+  // A round's candidates, encoded; true when sampled from a large space.
+  bool FillPool(Pool& pool);
+  void EncodeRows(Pool& pool, Eigen::Index from) const;
+  // The hedge learns from the last round's nominees.
+  void LearnFromNominees(Eigen::Index d);
+  // EI, PI and the LCB utility at a predicted mean, variance and success
+  // probability.
+  void Acquisitions(double mean, double variance, double p, double acq[3]) const;
+  int ChooseAcquisition();
+  // Climbs from `pick` (acquisition `chosen` at `value`) through unseen
+  // neighbours; the better pick, its predicted mean in *pick_mean.
+  std::size_t Refine(Pool& pool, std::size_t pick, int chosen, double value, double* pick_mean);
   std::optional<Config> RandomUnseen();
   // A random initial pick for a batch that already holds `batch`: of a few
   // uniform draws, the one that brings the most parameter values the batch

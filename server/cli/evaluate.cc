@@ -57,15 +57,28 @@ std::string Figure(double v, int width) {
   return buf;
 }
 
-std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
+// What evaluate runs: the recordings, the strategies with their settings,
+// the options, and a recording to warm-start from.
+struct EvaluatePlan {
+  std::vector<std::string> devices;
+  std::vector<std::string> strategies;
+  std::map<std::string, StrategyFlag> parsed;
+  EvaluateOptions options;
+  std::vector<RecordedSpace> recordings;
+  std::optional<RecordedSpace> warm;
+};
+
+std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   const std::vector<std::string> devices = args.GetAll("device");
+  plan.devices = devices;
   if (devices.empty()) {
     return Failure{kExitInvalidInput, "ktune evaluate: give at least one --device sim:FILE"};
   }
-  std::vector<std::string> strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
+  std::vector<std::string>& strategies = plan.strategies;
+  strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
   const std::vector<std::string> known = StrategyNames();
   // A strategy may carry options: name:key=value:key=value.
-  std::map<std::string, StrategyFlag> parsed;
+  std::map<std::string, StrategyFlag>& parsed = plan.parsed;
   for (const std::string& s : strategies) {
     absl::StatusOr<StrategyFlag> flag = ParseStrategyFlag(s);
     if (!flag.ok()) return InvalidInput(flag.status());
@@ -81,13 +94,13 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   if (!batch.ok()) return InvalidInput(batch.status());
   absl::StatusOr<std::optional<std::uint64_t>> seed = args.GetUint("seed");
   if (!seed.ok()) return InvalidInput(seed.status());
-  EvaluateOptions options;
+  EvaluateOptions& options = plan.options;
   options.repeats = static_cast<int>(repeats->value_or(30));
   options.batch = static_cast<int>(batch->value_or(1));
   options.seed = seed->value_or(0);
   options.short_only = args.Has("short-only");
 
-  std::vector<RecordedSpace> recordings;
+  std::vector<RecordedSpace>& recordings = plan.recordings;
   for (const std::string& d : devices) {
     if (d.rfind("sim:", 0) != 0) {
       return Failure{kExitInvalidInput, StrCat("--device ", d, ": give sim:FILE")};
@@ -109,7 +122,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       }
     }
   }
-  std::optional<RecordedSpace> warm;
+  std::optional<RecordedSpace>& warm = plan.warm;
   if (auto w = args.Get("warm-from")) {
     if (w->rfind("sim:", 0) != 0) {
       return Failure{kExitInvalidInput, StrCat("--warm-from ", *w, ": give sim:FILE")};
@@ -119,6 +132,18 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       return Failure{kExitInvalidInput, StrCat("--warm-from ", *w, ": ", rs.status().message())};
     warm = *std::move(rs);
   }
+  return std::nullopt;
+}
+
+std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
+  EvaluatePlan plan;
+  if (auto f = PlanEvaluate(args, plan)) return f;
+  const std::vector<std::string>& devices = plan.devices;
+  const std::vector<std::string>& strategies = plan.strategies;
+  const std::map<std::string, StrategyFlag>& parsed = plan.parsed;
+  const EvaluateOptions& options = plan.options;
+  const std::vector<RecordedSpace>& recordings = plan.recordings;
+  const std::optional<RecordedSpace>& warm = plan.warm;
   Json out = Json::MakeObject();
   Json spaces = Json::MakeArray();
   std::map<std::string, std::vector<double>> short_scores, long_scores;

@@ -92,163 +92,180 @@ absl::StatusOr<double> LoadRunner::TimeOnIdle(const std::function<absl::Status(C
   return static_cast<double>(ms);
 }
 
+absl::Status LoadRunner::ReadCounters(unsigned long long out[2]) {
+  return CopyNow(out, counters_.get(), 16, /*to_device=*/false);
+}
+
+absl::Status LoadRunner::ZeroCounters() {
+  return Check(api_.cuMemsetD8Async(counters_.get(), 0, 16, copy_lane_.stream.get()),
+               "cuMemsetD8Async");
+}
+
+absl::Status LoadRunner::CalibrateCopy(const v1::WorkerLoad& load) {
+  // The copy kernel unpaced for 20 ms gives the peak.
+  if (copy_src_.get() == 0) {
+    absl::StatusOr<cuda::DeviceMemory> a = cuda::DeviceMemory::Allocate(api_, kCopyBytes);
+    if (!a.ok()) return a.status();
+    absl::StatusOr<cuda::DeviceMemory> b = cuda::DeviceMemory::Allocate(api_, kCopyBytes);
+    if (!b.ok()) return b.status();
+    copy_src_ = *std::move(a);
+    copy_dst_ = *std::move(b);
+    if (auto st = Check(api_.cuMemsetD32Async(copy_src_.get(), 0x3f800000u, kCopyBytes / 4,
+                                              copy_lane_.stream.get()),
+                        "cuMemsetD32Async");
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (auto st = ZeroCounters(); !st.ok()) return st;
+  absl::StatusOr<double> ms =
+      TimeOnIdle([&](CUstream s) { return LaunchCopyKernel(s, 0, 20'000'000); });
+  if (!ms.ok()) return ms.status();
+  unsigned long long c[2];
+  if (auto st = ReadCounters(c); !st.ok()) return st;
+  copy_peak_bytes_per_ns_ = static_cast<double>(c[0]) / (*ms * 1e6);
+  // Each block paces itself to its share of the asked rate.
+  const double chunk_bytes = 32.0 * kCopyThreads * kCopyWordsPerThread;
+  const double per_block = load.bandwidth_fraction() * copy_peak_bytes_per_ns_ /
+                           static_cast<double>(2 * multiprocessors_);
+  copy_ns_per_chunk_ = load.bandwidth_fraction() >= 1 ? 0 : chunk_bytes / per_block;
+  return absl::OkStatus();
+}
+
+absl::Status LoadRunner::CalibrateFma() {
+  // The FMA kernel on its SMs for 10 ms.
+  if (sink_.get() == 0) {
+    absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, 4 * kFmaThreads);
+    if (!m.ok()) return m.status();
+    sink_ = *std::move(m);
+  }
+  if (auto st = ZeroCounters(); !st.ok()) return st;
+  absl::StatusOr<double> ms = TimeOnIdle([&](CUstream s) { return LaunchFma(s, 10'000'000); });
+  if (!ms.ok()) return ms.status();
+  unsigned long long c[2];
+  if (auto st = ReadCounters(c); !st.ok()) return st;
+  fma_peak_flops_per_ns_ = static_cast<double>(c[1]) / (*ms * 1e6);
+  return absl::OkStatus();
+}
+
+absl::Status LoadRunner::CalibrateHostLink() {
+  // One 64 MiB copy each way from pinned memory.
+  const std::size_t bytes = 8 * kHostChunk;
+  if (host_.get() == nullptr) {
+    absl::StatusOr<cuda::PinnedMemory> h = cuda::PinnedMemory::Allocate(api_, bytes);
+    if (!h.ok()) return h.status();
+    host_ = *std::move(h);
+    std::memset(host_.get(), 0x3c, bytes);
+    absl::StatusOr<cuda::DeviceMemory> d = cuda::DeviceMemory::Allocate(api_, 2 * bytes);
+    if (!d.ok()) return d.status();
+    host_target_ = *std::move(d);
+  }
+  absl::StatusOr<double> h2d = TimeOnIdle([&](CUstream s) {
+    return Check(api_.cuMemcpyHtoDAsync(host_target_.get(), host_.get(), bytes, s),
+                 "cuMemcpyHtoDAsync");
+  });
+  if (!h2d.ok()) return h2d.status();
+  absl::StatusOr<double> d2h = TimeOnIdle([&](CUstream s) {
+    return Check(api_.cuMemcpyDtoHAsync(host_.get(), host_target_.get() + bytes, bytes, s),
+                 "cuMemcpyDtoHAsync");
+  });
+  if (!d2h.ok()) return d2h.status();
+  h2d_peak_bytes_per_ns_ = static_cast<double>(bytes) / (*h2d * 1e6);
+  d2h_peak_bytes_per_ns_ = static_cast<double>(bytes) / (*d2h * 1e6);
+  return absl::OkStatus();
+}
+
+absl::Status LoadRunner::AddCompanion(const v1::WorkerCompanion& spec) {
+  // Loaded, arguments filled, one launch timed on the idle GPU.
+  CompanionState c;
+  c.spec = spec;
+  absl::StatusOr<cuda::Module> m = cuda::LoadModule(api_, spec.cubin());
+  if (!m.ok()) return m.status();
+  c.module = *std::move(m);
+  if (auto st =
+          Check(api_.cuModuleGetFunction(&c.function, c.module.get(), spec.function().c_str()),
+                "cuModuleGetFunction(companion)");
+      !st.ok()) {
+    return st;
+  }
+  for (const v1::WorkerBuffer& b : spec.buffers()) {
+    const std::size_t bytes = static_cast<std::size_t>(b.elements()) * ElementBytes(b.type());
+    absl::StatusOr<cuda::DeviceMemory> d = cuda::DeviceMemory::Allocate(api_, bytes);
+    if (!d.ok()) {
+      return absl::ResourceExhaustedError(
+          StrCat("companion ", spec.name(), ", argument ", b.name(), ": ", d.status().message()));
+    }
+    std::vector<char> host(bytes);
+    if (auto st = FillBuffer(b, host.data()); !st.ok()) return st;
+    if (auto st = CopyNow(host.data(), d->get(), bytes, /*to_device=*/true); !st.ok()) return st;
+    c.pointers.push_back(d->get());
+    c.buffers.push_back(*std::move(d));
+  }
+  c.scalars.assign(spec.scalars().begin(), spec.scalars().end());
+  std::size_t next_scalar = 0;
+  for (int index : spec.argument_buffers()) {
+    if (index >= 0 && static_cast<std::size_t>(index) < c.pointers.size()) {
+      c.params.push_back(&c.pointers[static_cast<std::size_t>(index)]);
+    } else if (index < 0 && next_scalar < c.scalars.size()) {
+      c.params.push_back(c.scalars[next_scalar++].data());
+    } else {
+      return absl::InternalError(StrCat("companion ", spec.name(), ": malformed arguments"));
+    }
+  }
+  absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
+  if (!st.ok()) return st.status();
+  c.stream = *std::move(st);
+  absl::StatusOr<cuda::Event> a = cuda::CreateEvent(api_);
+  absl::StatusOr<cuda::Event> b = cuda::CreateEvent(api_);
+  if (!a.ok()) return a.status();
+  if (!b.ok()) return b.status();
+  c.start = *std::move(a);
+  c.end = *std::move(b);
+  CompanionState* cs = &c;
+  auto launch = [&](CUstream s) {
+    return Check(
+        api_.cuLaunchKernel(cs->function, spec.grid().x(), spec.grid().y(), spec.grid().z(),
+                            spec.block().x(), spec.block().y(), spec.block().z(),
+                            spec.shared_memory_bytes(), s, cs->params.data(), nullptr),
+        "cuLaunchKernel(companion)");
+  };
+  absl::StatusOr<double> first = TimeOnIdle(launch);  // module load, clocks
+  if (!first.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("companion ", spec.name(), " failed on its own: ", first.status().message()));
+  }
+  absl::StatusOr<double> ms = TimeOnIdle(launch);
+  if (!ms.ok()) return ms.status();
+  c.idle_ms = std::max(*ms, 1e-3);
+  companions_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
 absl::Status LoadRunner::Setup(const v1::WorkerLoad& load) {
   spec_ = load;
   companions_.clear();
-  auto new_lane = [&](Lane& lane) -> absl::Status {
-    if (lane.stream) return absl::OkStatus();
+  for (Lane* lane : {&copy_lane_, &fma_lane_, &h2d_lane_, &d2h_lane_}) {
+    if (lane->stream) continue;
     absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
     if (!st.ok()) return st.status();
-    lane.stream = *std::move(st);
-    return absl::OkStatus();
-  };
-  for (Lane* lane : {&copy_lane_, &fma_lane_, &h2d_lane_, &d2h_lane_}) {
-    if (auto st = new_lane(*lane); !st.ok()) return st;
+    lane->stream = *std::move(st);
   }
   if (counters_.get() == 0) {
     absl::StatusOr<cuda::DeviceMemory> c = cuda::DeviceMemory::Allocate(api_, 16);
     if (!c.ok()) return c.status();
     counters_ = *std::move(c);
   }
-  auto read_counters = [&](unsigned long long out[2]) {
-    return CopyNow(out, counters_.get(), 16, /*to_device=*/false);
-  };
-  auto zero_counters = [&]() {
-    return Check(api_.cuMemsetD8Async(counters_.get(), 0, 16, copy_lane_.stream.get()),
-                 "cuMemsetD8Async");
-  };
-
-  // Bandwidth: the copy kernel unpaced for 20 ms gives the peak.
   if (load.bandwidth_fraction() > 0) {
-    if (copy_src_.get() == 0) {
-      absl::StatusOr<cuda::DeviceMemory> a = cuda::DeviceMemory::Allocate(api_, kCopyBytes);
-      if (!a.ok()) return a.status();
-      absl::StatusOr<cuda::DeviceMemory> b = cuda::DeviceMemory::Allocate(api_, kCopyBytes);
-      if (!b.ok()) return b.status();
-      copy_src_ = *std::move(a);
-      copy_dst_ = *std::move(b);
-      if (auto st = Check(api_.cuMemsetD32Async(copy_src_.get(), 0x3f800000u, kCopyBytes / 4,
-                                                copy_lane_.stream.get()),
-                          "cuMemsetD32Async");
-          !st.ok()) {
-        return st;
-      }
-    }
-    if (auto st = zero_counters(); !st.ok()) return st;
-    absl::StatusOr<double> ms =
-        TimeOnIdle([&](CUstream s) { return LaunchCopyKernel(s, 0, 20'000'000); });
-    if (!ms.ok()) return ms.status();
-    unsigned long long c[2];
-    if (auto st = read_counters(c); !st.ok()) return st;
-    copy_peak_bytes_per_ns_ = static_cast<double>(c[0]) / (*ms * 1e6);
-    // Each block paces itself to its share of the asked rate.
-    const double chunk_bytes = 32.0 * kCopyThreads * kCopyWordsPerThread;
-    const double per_block = load.bandwidth_fraction() * copy_peak_bytes_per_ns_ /
-                             static_cast<double>(2 * multiprocessors_);
-    copy_ns_per_chunk_ = load.bandwidth_fraction() >= 1 ? 0 : chunk_bytes / per_block;
+    if (auto st = CalibrateCopy(load); !st.ok()) return st;
   }
-  // Compute: the FMA kernel on its SMs for 10 ms.
   if (load.compute_sms() > 0) {
-    if (sink_.get() == 0) {
-      absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, 4 * kFmaThreads);
-      if (!m.ok()) return m.status();
-      sink_ = *std::move(m);
-    }
-    if (auto st = zero_counters(); !st.ok()) return st;
-    absl::StatusOr<double> ms = TimeOnIdle([&](CUstream s) { return LaunchFma(s, 10'000'000); });
-    if (!ms.ok()) return ms.status();
-    unsigned long long c[2];
-    if (auto st = read_counters(c); !st.ok()) return st;
-    fma_peak_flops_per_ns_ = static_cast<double>(c[1]) / (*ms * 1e6);
+    if (auto st = CalibrateFma(); !st.ok()) return st;
   }
-  // Host link: one 64 MiB copy each way from pinned memory.
   if (load.h2d_fraction() > 0 || load.d2h_fraction() > 0) {
-    const std::size_t bytes = 8 * kHostChunk;
-    if (host_.get() == nullptr) {
-      absl::StatusOr<cuda::PinnedMemory> h = cuda::PinnedMemory::Allocate(api_, bytes);
-      if (!h.ok()) return h.status();
-      host_ = *std::move(h);
-      std::memset(host_.get(), 0x3c, bytes);
-      absl::StatusOr<cuda::DeviceMemory> d = cuda::DeviceMemory::Allocate(api_, 2 * bytes);
-      if (!d.ok()) return d.status();
-      host_target_ = *std::move(d);
-    }
-    absl::StatusOr<double> h2d = TimeOnIdle([&](CUstream s) {
-      return Check(api_.cuMemcpyHtoDAsync(host_target_.get(), host_.get(), bytes, s),
-                   "cuMemcpyHtoDAsync");
-    });
-    if (!h2d.ok()) return h2d.status();
-    absl::StatusOr<double> d2h = TimeOnIdle([&](CUstream s) {
-      return Check(api_.cuMemcpyDtoHAsync(host_.get(), host_target_.get() + bytes, bytes, s),
-                   "cuMemcpyDtoHAsync");
-    });
-    if (!d2h.ok()) return d2h.status();
-    h2d_peak_bytes_per_ns_ = static_cast<double>(bytes) / (*h2d * 1e6);
-    d2h_peak_bytes_per_ns_ = static_cast<double>(bytes) / (*d2h * 1e6);
+    if (auto st = CalibrateHostLink(); !st.ok()) return st;
   }
-  // Companions: loaded, arguments filled, one launch timed on the idle GPU.
   for (const v1::WorkerCompanion& spec : load.companions()) {
-    CompanionState c;
-    c.spec = spec;
-    absl::StatusOr<cuda::Module> m = cuda::LoadModule(api_, spec.cubin());
-    if (!m.ok()) return m.status();
-    c.module = *std::move(m);
-    if (auto st =
-            Check(api_.cuModuleGetFunction(&c.function, c.module.get(), spec.function().c_str()),
-                  "cuModuleGetFunction(companion)");
-        !st.ok()) {
-      return st;
-    }
-    for (const v1::WorkerBuffer& b : spec.buffers()) {
-      const std::size_t bytes = static_cast<std::size_t>(b.elements()) * ElementBytes(b.type());
-      absl::StatusOr<cuda::DeviceMemory> d = cuda::DeviceMemory::Allocate(api_, bytes);
-      if (!d.ok()) {
-        return absl::ResourceExhaustedError(
-            StrCat("companion ", spec.name(), ", argument ", b.name(), ": ", d.status().message()));
-      }
-      std::vector<char> host(bytes);
-      if (auto st = FillBuffer(b, host.data()); !st.ok()) return st;
-      if (auto st = CopyNow(host.data(), d->get(), bytes, /*to_device=*/true); !st.ok()) return st;
-      c.pointers.push_back(d->get());
-      c.buffers.push_back(*std::move(d));
-    }
-    c.scalars.assign(spec.scalars().begin(), spec.scalars().end());
-    std::size_t next_scalar = 0;
-    for (int index : spec.argument_buffers()) {
-      if (index >= 0 && static_cast<std::size_t>(index) < c.pointers.size()) {
-        c.params.push_back(&c.pointers[static_cast<std::size_t>(index)]);
-      } else if (index < 0 && next_scalar < c.scalars.size()) {
-        c.params.push_back(c.scalars[next_scalar++].data());
-      } else {
-        return absl::InternalError(StrCat("companion ", spec.name(), ": malformed arguments"));
-      }
-    }
-    absl::StatusOr<cuda::Stream> st = cuda::CreateStream(api_);
-    if (!st.ok()) return st.status();
-    c.stream = *std::move(st);
-    absl::StatusOr<cuda::Event> a = cuda::CreateEvent(api_);
-    absl::StatusOr<cuda::Event> b = cuda::CreateEvent(api_);
-    if (!a.ok()) return a.status();
-    if (!b.ok()) return b.status();
-    c.start = *std::move(a);
-    c.end = *std::move(b);
-    CompanionState* cs = &c;
-    auto launch = [&](CUstream s) {
-      return Check(
-          api_.cuLaunchKernel(cs->function, spec.grid().x(), spec.grid().y(), spec.grid().z(),
-                              spec.block().x(), spec.block().y(), spec.block().z(),
-                              spec.shared_memory_bytes(), s, cs->params.data(), nullptr),
-          "cuLaunchKernel(companion)");
-    };
-    absl::StatusOr<double> first = TimeOnIdle(launch);  // module load, clocks
-    if (!first.ok()) {
-      return absl::InvalidArgumentError(
-          StrCat("companion ", spec.name(), " failed on its own: ", first.status().message()));
-    }
-    absl::StatusOr<double> ms = TimeOnIdle(launch);
-    if (!ms.ok()) return ms.status();
-    c.idle_ms = std::max(*ms, 1e-3);
-    companions_.push_back(std::move(c));
+    if (auto st = AddCompanion(spec); !st.ok()) return st;
   }
   return absl::OkStatus();
 }

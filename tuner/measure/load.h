@@ -69,6 +69,16 @@ class LoadRunner {
   absl::Status LaunchCopyKernel(CUstream s, double ns_per_chunk, unsigned long long duration_ns);
   absl::Status LaunchFma(CUstream s, unsigned long long duration_ns);
   absl::StatusOr<double> TimeOnIdle(const std::function<absl::Status(CUstream)>& work);
+  // The counters the load kernels add to: [0] bytes moved, [1] flops.
+  absl::Status ReadCounters(unsigned long long out[2]);
+  absl::Status ZeroCounters();
+  // Peak rates on the idle GPU, so the load asks for fractions of what
+  // this GPU really does.
+  absl::Status CalibrateCopy(const v1::WorkerLoad& load);
+  absl::Status CalibrateFma();
+  absl::Status CalibrateHostLink();
+  // A companion kernel: loaded, its arguments filled, timed alone.
+  absl::Status AddCompanion(const v1::WorkerCompanion& spec);
   void Feed();
   absl::Status FeedOnce();
 
