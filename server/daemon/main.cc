@@ -23,6 +23,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "server/common/flags.h"
+#include "server/daemon/listen.h"
 #include "server/daemon/scheduler.h"
 #include "server/daemon/service.h"
 #include "server/runner/runner.h"
@@ -112,6 +113,7 @@ struct Security {
 absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   Security sec;
   sec.listen = args.Get("listen").value_or("127.0.0.1:7070");
+  KTUNE_RETURN_IF_ERROR(CheckListenAddress(sec.listen));
   const bool tls = args.Has("tls-cert") || args.Has("tls-key");
   if (args.Has("tls-cert") != args.Has("tls-key")) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
@@ -243,12 +245,27 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  // One daemon per address: without this, gRPC lets a second process
+  // listen on the same port and the kernel splits the calls between them.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   int port = 0;
   builder.AddListeningPort(sec.listen, sec.credentials, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || (port == 0 && sec.listen.rfind("unix:", 0) != 0)) {
-    std::cerr << "ktuned: cannot listen on " << sec.listen << " (in use, or not an address)\n";
+    // Taken since the look before opening the store, or refused for a
+    // reason the look does not see.
+    const absl::Status why = ProbeListenAddress(sec.listen);
+    std::cerr << "ktuned: "
+              << (why.ok() ? StrCat("--listen ", sec.listen, ": cannot listen there")
+                           : std::string(why.message()))
+              << "\n";
+    scheduler.Shutdown();
+    return kExitInvalidInput;
+  }
+  if (absl::Status s = scheduler.Resume(); !s.ok()) {
+    std::cerr << "ktuned: " << s.message() << "\n";
+    server->Shutdown();
     scheduler.Shutdown();
     return kExitError;
   }
@@ -303,8 +320,13 @@ int Main(int argc, char** argv) {
     std::cerr << "ktuned: " << so.status().message() << "\n";
     return kExitInvalidInput;
   }
+  // The address first: a daemon that cannot listen opens nothing.
+  if (absl::Status s = ProbeListenAddress(sec->listen); !s.ok()) {
+    std::cerr << "ktuned: " << s.message() << "\n";
+    return kExitInvalidInput;
+  }
   Scheduler scheduler(*so);
-  if (absl::Status s = scheduler.Start(); !s.ok()) {
+  if (absl::Status s = scheduler.Open(); !s.ok()) {
     std::cerr << "ktuned: " << s.message() << "\n";
     return s.code() == absl::StatusCode::kInvalidArgument ||
                    s.code() == absl::StatusCode::kFailedPrecondition

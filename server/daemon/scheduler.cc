@@ -41,6 +41,9 @@ Scheduler::Scheduler(SchedulerOptions options)
 Scheduler::~Scheduler() {
   Shutdown();
   runners_.join();
+  // A clean stop leaves no lock file beside the store.
+  reader_.reset();
+  if (store_lock_) store_lock_->Remove();
 }
 
 absl::Status Scheduler::LockStore() {
@@ -94,14 +97,27 @@ absl::Status Scheduler::OpenDevices() {
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::NotAccepting() const {
+  return absl::UnavailableError(stopping_ ? "the daemon is stopping; submit again later"
+                                          : "the daemon is starting; submit again in a moment");
+}
+
 absl::Status Scheduler::Start() {
+  KTUNE_RETURN_IF_ERROR(Open());
+  return Resume();
+}
+
+absl::Status Scheduler::Open() {
   if (options_.devices.empty()) {
     return absl::InvalidArgumentError("--device: give at least one device (sim:FILE or a GPU)");
   }
   KTUNE_RETURN_IF_ERROR(LockStore());
   KTUNE_RETURN_IF_ERROR(OpenDevices());
   KTUNE_ASSIGN_OR_RETURN(reader_, Store::Open(options_.db_path, /*create=*/true));
+  return absl::OkStatus();
+}
 
+absl::Status Scheduler::Resume() {
   // The daemon's unfinished jobs, oldest first.
   KTUNE_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, reader_->ListJobs());
   std::reverse(jobs.begin(), jobs.end());
@@ -132,6 +148,7 @@ absl::Status Scheduler::Start() {
 void Scheduler::Shutdown() {
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
+  stopping_ = true;
   for (auto& [id, e] : active_) {
     if (e->running) e->stop.store(true);
   }
@@ -311,7 +328,7 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Enqueue(std::shared_ptr<Entry> e,
                                                                      bool resuming) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!accepting_) return absl::UnavailableError("the daemon is stopping; submit again later");
+  if (!accepting_) return NotAccepting();
   if (auto it = active_.find(e->id); it != active_.end()) {  // already here
     it->second->existed = true;
     return it->second;
@@ -488,7 +505,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!accepting_) return absl::UnavailableError("the daemon is stopping; submit again later");
+    if (!accepting_) return NotAccepting();
   }
   absl::StatusOr<std::shared_ptr<Entry>> e = Prepare(request.spec(), request.priority(), false);
   if (!e.ok()) return e.status();

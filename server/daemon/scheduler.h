@@ -71,10 +71,16 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Takes the store (one daemon per database: a second one's start fails
-  // and names the first), opens the devices and the store, and queues the
-  // daemon's unfinished jobs again. Errors name the device or the database.
+  // Open then Resume.
   absl::Status Start();
+  // Takes the store (one daemon per database: a second one's open fails
+  // and names the first) and opens the devices and the store: reads are
+  // served from here on. Errors name the device or the database.
+  absl::Status Open();
+  // Takes jobs from here on, and queues the daemon's unfinished jobs again.
+  // REQUIRES: Open succeeded. A daemon resumes once it listens, so that one
+  // that cannot listen leaves its jobs as they were.
+  absl::Status Resume();
   // Stops taking jobs, lets each running job finish its candidate, records
   // it interrupted (queued jobs stay queued), and waits for them.
   void Shutdown();
@@ -131,6 +137,8 @@ class Scheduler {
               JobState final_state, std::string final_message, bool wall_limit_hit);
   void Broadcast(Entry& entry, const v1::JobEvent& event, bool last);
   absl::Status LockStore();
+  // Why a job is not taken now (starting or stopping). REQUIRES: mu_ held.
+  absl::Status NotAccepting() const;
   absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
 
   SchedulerOptions options_;
@@ -145,6 +153,7 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable idle_;
   bool accepting_ = false;
+  bool stopping_ = false;  // Shutdown was called (else, not resumed yet)
   std::uint64_t next_order_ = 0;
   int running_ = 0;
   std::map<std::pair<int, std::uint64_t>, std::shared_ptr<Entry>> queue_;  // (-priority, order)

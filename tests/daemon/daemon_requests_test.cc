@@ -31,6 +31,7 @@ namespace ktune {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
   ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-evals", "100", "--max-space", "100000"}));
@@ -240,6 +241,56 @@ TEST_F(DaemonTest, ASecondDaemonOnOneStoreIsRefused) {
   EXPECT_EQ(Follow(r.job_id()), v1::SUCCEEDED);
   EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
   EXPECT_TRUE(StartDaemon({"--device", kConv}));
+}
+
+// gRPC would let a second process listen on the same port (SO_REUSEPORT),
+// and the kernel would split the calls between two daemons and two stores.
+TEST_F(DaemonTest, ASecondDaemonOnOneAddressIsRefused) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  v1::SubmitJobResponse r;
+  ASSERT_TRUE(Submit(Budget(5, 1), &r).ok());
+  const std::string other_db = File("other.db");
+  const std::string err = File("second.err");
+  int port_fd = -1;
+  const pid_t second = testing::SpawnWithPipe(
+      KTUNED_PATH,
+      {"--db", other_db, "--listen", address_, "--port-file", "/dev/fd/3", "--device", kConv},
+      File("second.out"), err, &port_fd);
+  // It says where it listens if it listens; the pipe ends if it exits.
+  const std::string listening = testing::ReadLine(port_fd);
+  close(port_fd);
+  if (!listening.empty()) kill(second, SIGKILL);
+  EXPECT_EQ(listening, "") << "a second daemon listens on " << listening;
+  EXPECT_EQ(Wait(second), 2);
+  EXPECT_THAT(Slurp(err), HasSubstr("--listen " + address_ + ": the address is in use"));
+  // It opened nothing: no store, no lock beside it.
+  EXPECT_NE(access(other_db.c_str(), F_OK), 0);
+  EXPECT_NE(access((other_db + ".ktuned-lock").c_str(), F_OK), 0);
+  // Every call still reaches the first daemon.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(Get(r.job_id()).id(), r.job_id());
+}
+
+TEST_F(DaemonTest, AListenAddressOfTheWrongFormIsNamed) {
+  for (const std::string address : {"nonsense", "127.0.0.1:", "127.0.0.1:70000", "::1:7070",
+                                     "127.0.0.1:7x", "unix:"}) {
+    std::string failure;
+    EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", address}, &failure)) << address;
+    EXPECT_THAT(failure, HasSubstr("--listen " + address + ": ")) << address;
+    EXPECT_THAT(failure, HasSubstr("HOST:PORT")) << address;
+    EXPECT_THAT(failure, Not(HasSubstr("TLS"))) << address;
+  }
+  std::string failure;
+  EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", "192.0.2.1:0", "--insecure"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("192.0.2.1 is not an address of this machine"));
+}
+
+TEST_F(DaemonTest, ACleanStopLeavesNoLockFile) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  const std::string lock = Db() + ".ktuned-lock";
+  EXPECT_EQ(access(lock.c_str(), F_OK), 0);
+  EXPECT_EQ(Stop(SIGTERM), 0);
+  EXPECT_NE(access(lock.c_str(), F_OK), 0);
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));  // and the store is free again
 }
 
 TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {

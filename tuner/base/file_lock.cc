@@ -33,19 +33,28 @@ int OpenShared(const std::string& path) {
   return -1;
 }
 
+int OpenLockFile(const std::string& path, FileLock::Access access) {
+  return access == FileLock::Access::kShared
+             ? OpenShared(path)
+             : open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+}
+
+// Attempts at a lock whose file keeps being removed under it.
+constexpr int kSettleAttempts = 16;
+
 }  // namespace
 
 absl::StatusOr<FileLock> FileLock::Open(const std::string& path, Access access) {
-  const int fd = access == Access::kShared ? OpenShared(path)
-                                           : open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  const int fd = OpenLockFile(path, access);
   if (fd < 0) {
     return absl::PermissionDeniedError(StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
-  return FileLock(path, fd);
+  return FileLock(path, access, fd);
 }
 
 FileLock::FileLock(FileLock&& other) noexcept
     : path_(std::move(other.path_)),
+      access_(other.access_),
       fd_(std::exchange(other.fd_, -1)),
       locked_(std::exchange(other.locked_, false)) {}
 
@@ -53,6 +62,7 @@ FileLock& FileLock::operator=(FileLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) close(fd_);
     path_ = std::move(other.path_);
+    access_ = other.access_;
     fd_ = std::exchange(other.fd_, -1);
     locked_ = std::exchange(other.locked_, false);
   }
@@ -63,20 +73,50 @@ FileLock::~FileLock() {
   if (fd_ >= 0) close(fd_);  // drops the lock if held
 }
 
-bool FileLock::TryLock() {
-  if (locked_) return true;
-  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) return false;
-  locked_ = true;
-  NoteHolder();
+bool FileLock::StillAtPath() const {
+  struct stat held {};
+  struct stat named {};
+  return fstat(fd_, &held) == 0 && stat(path_.c_str(), &named) == 0 &&
+         held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+}
+
+bool FileLock::Settle(bool* held) {
+  if (StillAtPath()) {
+    locked_ = true;
+    NoteHolder();
+    *held = true;
+    return true;
+  }
+  // Removed by its last holder after this process opened it.
+  flock(fd_, LOCK_UN);
+  const int fd = OpenLockFile(path_, access_);
+  if (fd < 0) return false;
+  close(fd_);
+  fd_ = fd;
+  *held = false;
   return true;
 }
 
-void FileLock::Lock() {
-  if (locked_) return;
-  while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+bool FileLock::TryLock() {
+  if (locked_) return true;
+  for (int attempt = 0; attempt < kSettleAttempts; ++attempt) {
+    if (flock(fd_, LOCK_EX | LOCK_NB) != 0) return false;
+    bool held = false;
+    if (!Settle(&held)) return false;
+    if (held) return true;
   }
-  locked_ = true;
-  NoteHolder();
+  return false;
+}
+
+void FileLock::Lock() {
+  while (!locked_) {
+    if (flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      return;  // EBADF/ENOLCK: nothing to wait on; locked() stays false
+    }
+    bool held = false;
+    if (!Settle(&held)) return;
+  }
 }
 
 void FileLock::Unlock() {

@@ -39,18 +39,27 @@ class FileLock {
   // The pid the holder wrote ("" when unknown or unreadable).
   std::string Holder() const;
 
-  // Removes the file (while holding the lock, so no waiter is left locking
-  // an unlinked file it would share with nobody) and releases the lock.
+  // Removes the file while holding the lock, then releases it. A process
+  // that opened the file before it was removed and then locks it sees that
+  // the path no longer names what it locked, and opens the path again
+  // (TryLock and Lock do this), so two processes never both hold "the" lock.
   void Remove();
 
   const std::string& path() const { return path_; }
 
  private:
-  FileLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  FileLock(std::string path, Access access, int fd)
+      : path_(std::move(path)), access_(access), fd_(fd) {}
   // Writes this process's pid, for those who find the lock taken.
   void NoteHolder();
+  // Whether the descriptor is still the file the path names.
+  bool StillAtPath() const;
+  // After flock succeeded: keeps the lock if it is the path's file, else
+  // drops it and opens the path again (false if that fails).
+  bool Settle(bool* held);
 
   std::string path_;
+  Access access_ = Access::kPrivate;
   int fd_ = -1;
   bool locked_ = false;
 };
