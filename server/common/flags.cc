@@ -123,18 +123,23 @@ absl::StatusOr<Args> Parse(const CommandSpec& spec, const std::vector<std::strin
 }
 
 std::string HelpText(const CommandSpec& spec) {
+  // Every flag's help starts in one column; a flag too long for it has its
+  // help on the next line, in that column.
+  constexpr std::size_t kColumn = 24;
+  auto line = [&](std::string left, const std::string& help) {
+    if (left.size() < kColumn) {
+      left.resize(kColumn, ' ');
+    } else {
+      left += "\n" + std::string(kColumn, ' ');
+    }
+    return StrCat(left, help, "\n");
+  };
   std::string out = StrCat("Usage: ", spec.usage, "\n\n", spec.summary, "\n");
   if (!spec.flags.empty()) out += "\nFlags:\n";
   for (const FlagSpec& f : spec.flags) {
-    std::string left = StrCat("  --", f.name);
-    if (!f.metavar.empty()) left += StrCat(" ", f.metavar);
-    if (left.size() < 24)
-      left.resize(24, ' ');
-    else
-      left += "\n" + std::string(24, ' ');
-    out += StrCat(left, f.help, "\n");
+    out += line(StrCat("  --", f.name, f.metavar.empty() ? "" : StrCat(" ", f.metavar)), f.help);
   }
-  out += "  -h, --help              show this help\n";
+  out += line("  -h, --help", "show this help");
   return out;
 }
 

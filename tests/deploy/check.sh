@@ -4,10 +4,18 @@
 # systemd unit passes systemd-analyze verify (when systemd is there), the
 # Slurm scripts parse, every shell script passes shellcheck (when it is
 # there), the container file names its stages.
-#   tests/deploy/check.sh SOURCE_DIR KTUNED
+#   tests/deploy/check.sh [SOURCE_DIR [KTUNED]]
+# (defaults: this repository, and its build/default or build/ci ktuned;
+# without one the systemd unit is verified against /usr/local/bin/ktuned's
+# path as written).
 set -euo pipefail
-src=$1
-ktuned=$2
+src=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+ktuned=${2:-}
+if [ -z "$ktuned" ]; then
+  for b in "$src/build/default/server/ktuned" "$src/build/ci/server/ktuned"; do
+    if [ -x "$b" ]; then ktuned=$b; break; fi
+  done
+fi
 python=/usr/bin/python3
 [ -x "$python" ] || python=python3
 "$python" - "$src" <<'PY'
@@ -27,7 +35,9 @@ c = job[0]["spec"]["template"]["spec"]["containers"][0]
 assert "--local" in c["args"] and c["resources"]["limits"]["nvidia.com/gpu"] == 1
 print("manifests: ok")
 PY
-if command -v systemd-analyze >/dev/null 2>&1; then
+if [ -z "$ktuned" ]; then
+  echo "systemd unit: no ktuned built (give its path as the second argument), not checked"
+elif command -v systemd-analyze >/dev/null 2>&1; then
   unit=$(mktemp -d)/ktuned.service
   sed "s|/usr/local/bin/ktuned|$ktuned|" "$src/deploy/systemd/ktuned.service" >"$unit"
   systemd-analyze verify "$unit"
