@@ -39,7 +39,7 @@ const CommandSpec kBestCommand{
 std::optional<Failure> RunBest(const Args& args, int* exit_code) {
   std::optional<std::string> kernel = args.Get("kernel");
   if (!kernel || kernel->empty()) {
-    return Failure{kExitInvalidInput, "ktune best: --kernel NAME is required"};
+    return Failure{kExitInvalidInput, "--kernel NAME is required"};
   }
   std::optional<Problem> problem;
   if (auto p = args.Get("problem")) {
@@ -86,7 +86,7 @@ std::optional<Failure> RunBest(const Args& args, int* exit_code) {
 std::optional<Failure> RemoteBest(const Connection& c, const Args& args, int* exit_code) {
   std::optional<std::string> kernel = args.Get("kernel");
   if (!kernel || kernel->empty()) {
-    return Failure{kExitInvalidInput, "ktune best: --kernel NAME is required"};
+    return Failure{kExitInvalidInput, "--kernel NAME is required"};
   }
   v1::GetBestRequest req;
   req.set_kernel(*kernel);

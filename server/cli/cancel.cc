@@ -25,7 +25,7 @@ const CommandSpec kCancelCommand{
 
 std::optional<Failure> RemoteCancel(const Connection& c, const Args& args, int* exit_code) {
   if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "ktune cancel: give a JOB id (see ktune jobs)"};
+    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
   }
   v1::CancelJobRequest req;
   req.set_job_id(args.positional()[0]);

@@ -72,7 +72,7 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   const std::vector<std::string> devices = args.GetAll("device");
   plan.devices = devices;
   if (devices.empty()) {
-    return Failure{kExitInvalidInput, "ktune evaluate: give at least one --device sim:FILE"};
+    return Failure{kExitInvalidInput, "give at least one --device sim:FILE"};
   }
   std::vector<std::string>& strategies = plan.strategies;
   strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');

@@ -33,7 +33,7 @@ const CommandSpec kMergeCommand{
 
 std::optional<Failure> RunMerge(const Args& args, int* exit_code) {
   if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "ktune merge: give at least one SOURCE.db to merge"};
+    return Failure{kExitInvalidInput, "give at least one SOURCE.db to merge"};
   }
   const std::string target = args.Get("db").value_or(DefaultDbPath());
   struct stat target_stat = {};

@@ -25,7 +25,7 @@ const CommandSpec kShowCommand{
 
 std::optional<Failure> RunShow(const Args& args, int* exit_code) {
   if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "ktune show: give a JOB id (see ktune jobs)"};
+    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
   }
   std::unique_ptr<Store> store;
   if (auto f = OpenExistingStore(args, store)) return f;
@@ -46,7 +46,7 @@ std::optional<Failure> RunShow(const Args& args, int* exit_code) {
 
 std::optional<Failure> RemoteShow(const Connection& c, const Args& args, int* exit_code) {
   if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "ktune show: give a JOB id (see ktune jobs)"};
+    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
   }
   grpc::Status rpc;
   absl::StatusOr<v1::Job> job = FetchJob(c, args.positional()[0], true, &rpc);

@@ -188,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Device>> DeviceFromArgs(const Args& args, v1::Job
     device_base = base_dir;
   } else {
     *failure = Failure{kExitInvalidInput,
-                       "ktune tune: no device; give --device sim:FILE (or name one in the "
+                       "no device; give --device sim:FILE (or name one in the "
                        "job file's device.devices)"};
     return absl::InvalidArgumentError("no device");
   }
@@ -227,8 +227,8 @@ absl::StatusOr<std::unique_ptr<Device>> DeviceFromArgs(const Args& args, v1::Job
 std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
   if (!args.Has("local")) {
     return Failure{kExitInvalidInput,
-                   "ktune tune: give --local to run here, or --server ADDR to send the job to a "
-                   "ktuned daemon"};
+                   "give --local to run here, or --server ADDR to send the job to a ktuned "
+                   "daemon"};
   }
   for (const char* remote_only : {"wait", "priority"}) {
     if (args.Has(remote_only)) {

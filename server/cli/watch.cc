@@ -25,7 +25,7 @@ const CommandSpec kWatchCommand{
 
 std::optional<Failure> RemoteWatch(const Connection& c, const Args& args, int* exit_code) {
   if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "ktune watch: give a JOB id (see ktune jobs)"};
+    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
   }
   grpc::Status rpc;
   absl::StatusOr<v1::JobState> last = Follow(c, args.positional()[0], args.Has("from-start"),

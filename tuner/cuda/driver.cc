@@ -19,9 +19,10 @@ absl::StatusOr<const Api*> LoadOnce() {
   if (path == nullptr || *path == '\0') path = "libcuda.so.1";
   void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
+    // dlerror names the library itself: "libcuda.so.1: cannot open ...".
     const char* err = dlerror();
     return absl::FailedPreconditionError(
-        StrCat("no CUDA driver on this machine (", path, ": ", err != nullptr ? err : "not found",
+        StrCat("no CUDA driver on this machine (", err != nullptr ? err : StrCat(path, ": not found"),
                "); only simulated devices (--device sim:FILE) are available"));
   }
   auto get = reinterpret_cast<GetProcAddress>(dlsym(handle, "cuGetProcAddress_v2"));

@@ -96,10 +96,7 @@ absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
     sqlite3_backup_finish(b);
     if (rc != SQLITE_DONE) {
       const absl::Status s = from->Error(StrCat("reading ", path), rc);
-      if (s.code() == absl::StatusCode::kDataLoss) {
-        return absl::FailedPreconditionError(
-            StrCat(path, ": not a SQLite database (", s.message(), "); nothing was changed"));
-      }
+      if (s.code() == absl::StatusCode::kDataLoss) return sqlite::NotASqliteDatabase(path);
       return s;
     }
   }

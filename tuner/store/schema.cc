@@ -125,10 +125,6 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
   auto with_path = [&](const absl::Status& s) {
     return absl::Status(s.code(), StrCat(path, ": ", s.message()));
   };
-  auto not_sqlite = [&](const absl::Status& s) {
-    return absl::FailedPreconditionError(
-        StrCat(path, ": not a SQLite database (", s.message(), "); nothing was changed"));
-  };
   // The first read tells whether this is SQLite at all.
   int version = 0;
   {
@@ -137,12 +133,12 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
         "(SELECT user_version FROM pragma_user_version), "
         "(SELECT count(*) FROM sqlite_schema)");
     if (!q.ok()) {
-      return q.status().code() == absl::StatusCode::kDataLoss ? not_sqlite(q.status())
+      return q.status().code() == absl::StatusCode::kDataLoss ? sqlite::NotASqliteDatabase(path)
                                                               : with_path(q.status());
     }
     absl::StatusOr<bool> row = q->Step();
     if (!row.ok()) {
-      return row.status().code() == absl::StatusCode::kDataLoss ? not_sqlite(row.status())
+      return row.status().code() == absl::StatusCode::kDataLoss ? sqlite::NotASqliteDatabase(path)
                                                                 : with_path(row.status());
     }
     const std::int64_t app_id = q->Int(0);

@@ -26,6 +26,11 @@ struct StmtFinalizer {
 
 class Statement;
 
+// FAILED_PRECONDITION: the file at `path` is not a SQLite database, so not
+// a ktune store; it was left as it was. (SQLite's own words for this, with
+// the statement that found it, say nothing a user can act on.)
+absl::Status NotASqliteDatabase(const std::string& path);
+
 // An open connection. Move-only; not thread-safe.
 class Db {
  public:
