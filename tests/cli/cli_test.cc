@@ -517,7 +517,7 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   } cases[] = {
       {{spec("a.json", "this is not json")}, "not valid JSON: line 1, column 1"},
       {{spec("b.json", R"({"kernel": {"name": "k"}, "paramters": []})")},
-       "paramters: Cannot find field"},
+       "paramters: no field of that name in JobSpec; did you mean parameters?"},
       {{spec("c.json", R"({"kernel": {"name": "k"}, "parameters": [{"name": 5}]})")},
        "parameters[0].name"},
       {{spec("d.json",

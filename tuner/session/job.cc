@@ -14,6 +14,7 @@
 #include "tuner/base/sha256.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
+#include "tuner/session/spec_json.h"
 
 namespace ktune {
 namespace {
@@ -289,6 +290,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecJson(std::string_view text,
   const auto status = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(text.data(), text.size()), &spec, options);
   if (!status.ok()) {
+    // Protobuf's words for a misspelt field or enum value name neither
+    // what was meant nor what is allowed.
+    if (std::optional<std::string> why = ExplainJsonMismatch(*doc, *v1::JobSpec::descriptor())) {
+      return Invalid(StrCat(source_name, ": ", *why));
+    }
     return Invalid(StrCat(source_name, ": ", std::string(status.message())));
   }
   return spec;
