@@ -9,8 +9,8 @@
 // each compile this way.
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -66,8 +66,8 @@ void BenchKernel(const Nvrtc& nvrtc, const Flags& f, const std::string& file) {
   Space::Enumerator it = job->space->Enumerate();
   Config config;
   for (int i = 0; i < f.configs && it.Next(&config); ++i) {
-    v1::CompileRequest full = BuildCompileRequest(job->spec, job->source, job->base_dir,
-                                                  *job->space, config, f.arch);
+    v1::CompileRequest full =
+        BuildCompileRequest(job->spec, job->source, job->base_dir, *job->space, config, f.arch);
     full.set_try_minimal(false);
     v1::CompileRequest minimal = full;
     minimal.set_try_minimal(true);

@@ -45,11 +45,23 @@ std::optional<Failure> ApplyTuneFlags(const Args& args, v1::JobSpec& spec) {
     strategy.set_name(flag->name);
     for (const auto& [key, value] : flag->options) (*strategy.mutable_options())[key] = value;
   }
+  // A budget of 0 is what "no budget" looks like in the spec: on the
+  // command line it would silently mean no limit, so it is refused.
   absl::StatusOr<std::optional<std::int64_t>> max_evals = args.GetInt("max-evals", 0, INT64_MAX);
   if (!max_evals.ok()) return InvalidInput(max_evals.status());
+  if (*max_evals == 0) {
+    return Failure{kExitInvalidInput,
+                   "--max-evals: 0 is no budget; give 1 or more, or leave the flag out for no "
+                   "limit"};
+  }
   if (*max_evals) strategy.set_max_evaluations(**max_evals);
   absl::StatusOr<std::optional<double>> max_seconds = args.GetDouble("max-seconds", 0);
   if (!max_seconds.ok()) return InvalidInput(max_seconds.status());
+  if (*max_seconds == 0.0) {
+    return Failure{kExitInvalidInput,
+                   "--max-seconds: 0 is no budget; give a time above 0, or leave the flag out "
+                   "for no limit"};
+  }
   if (*max_seconds) {
     if (**max_seconds > 3.15e9) return Failure{kExitInvalidInput, "--max-seconds: too large"};
     const double s = **max_seconds;

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include "absl/status/status.h"
 #include "server/cli/command.h"
 #include "server/cli/remote.h"
@@ -13,9 +16,6 @@
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/store.h"
-#include <algorithm>
-#include <cmath>
-#include <map>
 
 #include "strategies/registry.h"
 #include "tuner/device/recorded.h"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/stat.h>
 #include "absl/status/status.h"
 #include "server/cli/command.h"
 #include "server/cli/remote.h"
@@ -13,7 +14,6 @@
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/store.h"
-#include <sys/stat.h>
 
 #include "tuner/store/merge.h"
 

@@ -47,10 +47,13 @@ const CommandSpec kTuneCommand{
          {"strategy", "NAME",
           "search strategy: auto (default), bayes, genetic, local, annealing, random, "
           "brute_force; settings as NAME:key=value:..."},
-         {"max-evals", "N", "stop after N evaluations"},
+         {"max-evals", "N",
+          "stop after N evaluations, N >= 1 (default: the job file's, else no limit)"},
          {"batch", "N", "configurations asked of the strategy at once (default 1)"},
          {"no-warm-start", "", "ignore what the store knows about this kernel from other jobs"},
-         {"max-seconds", "S", "stop after S seconds (recorded time on a simulated device)"},
+         {"max-seconds", "S",
+          "stop after S seconds, S > 0 (recorded time on a simulated device; default: the job "
+          "file's, else no limit)"},
          {"seed", "N", "seed of the strategy (default 0)"},
          {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
          {"compile-workers", "N", "NVRTC worker processes (default: one per core)"},
@@ -137,11 +140,11 @@ TuneSummary SummaryOfRun(const Job& job, const DeviceInfo& device, const JobRunR
 void ReportLocalRun(const Args& args, const Job& job, const DeviceInfo& device,
                     const JobRunResult& r) {
   const Progress& p = r.session.progress;
-  std::fprintf(stderr, "ktune: %s after %lld evaluations (%lld from the store%s)%s\n",
-               r.session.end_reason.c_str(), static_cast<long long>(p.evaluations),
-               static_cast<long long>(p.replayed), r.session.resumed ? ", resumed" : "",
-               r.session.end_reason == "interrupted" ? "; run the same command again to resume"
-                                                     : "");
+  std::fprintf(
+      stderr, "ktune: %s after %lld evaluations (%lld from the store%s)%s\n",
+      r.session.end_reason.c_str(), static_cast<long long>(p.evaluations),
+      static_cast<long long>(p.replayed), r.session.resumed ? ", resumed" : "",
+      r.session.end_reason == "interrupted" ? "; run the same command again to resume" : "");
   PrintTuneSummary(SummaryOfRun(job, device, r), args.Has("json"));
 }
 
@@ -213,10 +216,10 @@ absl::StatusOr<std::unique_ptr<Device>> DeviceFromArgs(const Args& args, v1::Job
   options.compile_workers = static_cast<int>(workers->value_or(0));
   absl::StatusOr<std::unique_ptr<Device>> opened = OpenDevice(locator, options);
   if (!opened.ok()) {
-    *failure = Failure{opened.status().code() == absl::StatusCode::kInvalidArgument
-                           ? kExitInvalidInput
-                           : kExitError,
-                       StrCat("--device ", locator, ": ", opened.status().message())};
+    *failure =
+        Failure{opened.status().code() == absl::StatusCode::kInvalidArgument ? kExitInvalidInput
+                                                                             : kExitError,
+                StrCat("--device ", locator, ": ", opened.status().message())};
     return opened.status();
   }
   spec.mutable_device()->clear_devices();

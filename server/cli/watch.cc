@@ -28,8 +28,8 @@ std::optional<Failure> RemoteWatch(const Connection& c, const Args& args, int* e
     return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
   }
   grpc::Status rpc;
-  absl::StatusOr<v1::JobState> last = Follow(c, args.positional()[0], args.Has("from-start"),
-                                             true, args.Has("json"), &rpc);
+  absl::StatusOr<v1::JobState> last =
+      Follow(c, args.positional()[0], args.Has("from-start"), true, args.Has("json"), &rpc);
   if (!last.ok()) return RpcFailure(c, rpc);
   *exit_code = *last == v1::SUCCEEDED ? kExitOk : kExitError;
   return std::nullopt;

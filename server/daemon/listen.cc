@@ -54,7 +54,8 @@ class Socket {
 absl::Status ProbeUnix(const std::string& address, const std::string& path) {
   sockaddr_un sa{};
   if (path.empty() || path.size() >= sizeof(sa.sun_path)) {
-    return absl::InvalidArgumentError(StrCat("--listen ", address, ": the socket path must have 1 to ",
+    return absl::InvalidArgumentError(StrCat("--listen ", address,
+                                             ": the socket path must have 1 to ",
                                              sizeof(sa.sun_path) - 1, " characters"));
   }
   sa.sun_family = AF_UNIX;
@@ -125,9 +126,8 @@ absl::Status ProbeListenAddress(const std::string& address) {
       out = absl::InvalidArgumentError(
           StrCat("--listen ", address, ": ", hp.host, " is not an address of this machine"));
     } else if (err == EACCES) {
-      out = absl::InvalidArgumentError(
-          StrCat("--listen ", address, ": port ", hp.port,
-                 " needs privileges; use a port of 1024 or above"));
+      out = absl::InvalidArgumentError(StrCat("--listen ", address, ": port ", hp.port,
+                                              " needs privileges; use a port of 1024 or above"));
     }
   }
   freeaddrinfo(found);

@@ -124,9 +124,11 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   if (auto f = args.Get("token-file")) {
     KTUNE_ASSIGN_OR_RETURN(const std::string t, ReadSecret("token-file", *f));
     sec.token = std::string(StripSpace(t));
-    if (sec.token.empty()) return absl::InvalidArgumentError(StrCat("--token-file: ", *f, " is empty"));
+    if (sec.token.empty())
+      return absl::InvalidArgumentError(StrCat("--token-file: ", *f, " is empty"));
     if (sec.token.find_first_of(" \t\r\n") != std::string::npos) {
-      return absl::InvalidArgumentError(StrCat("--token-file: ", *f, ": the token must be one word"));
+      return absl::InvalidArgumentError(
+          StrCat("--token-file: ", *f, ": the token must be one word"));
     }
   }
   if (!IsLoopback(sec.listen) && !(tls && !sec.token.empty())) {
@@ -140,12 +142,14 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
     std::fprintf(stderr,
                  "ktuned: WARNING: listening on %s without %s (--insecure): whoever reaches this "
                  "port can run code on these GPUs\n",
-                 sec.listen.c_str(), tls ? "a token" : (sec.token.empty() ? "TLS or a token" : "TLS"));
+                 sec.listen.c_str(),
+                 tls ? "a token" : (sec.token.empty() ? "TLS or a token" : "TLS"));
   }
   sec.credentials = grpc::InsecureServerCredentials();
   if (!tls) return sec;
   absl::StatusOr<std::string> cert = ReadFileContents(*args.Get("tls-cert"));
-  if (!cert.ok()) return absl::InvalidArgumentError(StrCat("--tls-cert: ", cert.status().message()));
+  if (!cert.ok())
+    return absl::InvalidArgumentError(StrCat("--tls-cert: ", cert.status().message()));
   KTUNE_ASSIGN_OR_RETURN(const std::string key, ReadSecret("tls-key", *args.Get("tls-key")));
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({key, *cert});
@@ -170,7 +174,8 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   so.devices = args.GetAll("device");
   if (auto list = args.Get("devices"); list && *list != "all") {
     for (const std::string& d : StrSplit(*list, ',')) {
-      if (d.empty()) return absl::InvalidArgumentError(StrCat("--devices ", *list, ": an empty entry"));
+      if (d.empty())
+        return absl::InvalidArgumentError(StrCat("--devices ", *list, ": an empty entry"));
       so.devices.push_back(d);
     }
   }
@@ -186,8 +191,7 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
     if (v) *out = *v;
     return absl::OkStatus();
   };
-  std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0,
-               argument_mib = 0;
+  std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0, argument_mib = 0;
   KTUNE_RETURN_IF_ERROR(read_int("max-running", 1, 1024, &running));
   KTUNE_RETURN_IF_ERROR(read_int("max-queued", 0, 1 << 20, &queued));
   KTUNE_RETURN_IF_ERROR(read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations));

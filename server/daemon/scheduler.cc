@@ -52,7 +52,8 @@ absl::Status Scheduler::LockStore() {
   const std::string path = options_.db_path + ".ktuned-lock";
   absl::StatusOr<FileLock> lock = FileLock::Open(path, FileLock::Access::kPrivate);
   if (!lock.ok()) {
-    return absl::PermissionDeniedError(StrCat("--db ", options_.db_path, ": ", lock.status().message()));
+    return absl::PermissionDeniedError(
+        StrCat("--db ", options_.db_path, ": ", lock.status().message()));
   }
   if (!lock->TryLock()) {
     const std::string other = lock->Holder();
@@ -199,17 +200,16 @@ absl::StatusOr<std::vector<Scheduler::DeviceSlot*>> Scheduler::SelectSlots(
         served.push_back(StrCat(d->locator, " (", d->info.name, ")"));
       }
       return absl::InvalidArgumentError(StrCat(
-          "device.devices: '", want,
-          "' is not served by this daemon (or named twice); it serves ", StrJoin(served, ", ")));
+          "device.devices: '", want, "' is not served by this daemon (or named twice); it serves ",
+          StrJoin(served, ", ")));
     }
     slots.push_back(found);
   }
   for (const DeviceSlot* d : slots) {
     const DeviceInfo& a = slots.front()->info;
     const DeviceInfo& b = d->info;
-    if (a.name != b.name || a.architecture != b.architecture ||
-        a.memory_bytes != b.memory_bytes || a.simulated != b.simulated ||
-        (a.simulated && a.uuid != b.uuid)) {
+    if (a.name != b.name || a.architecture != b.architecture || a.memory_bytes != b.memory_bytes ||
+        a.simulated != b.simulated || (a.simulated && a.uuid != b.uuid)) {
       return absl::InvalidArgumentError(StrCat(
           "device.devices: ", slots.front()->locator, " (", a.name, ") and ", d->locator, " (",
           b.name, ") are not the same model; one job's measurements never mix models"));
@@ -307,8 +307,8 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   }
   // The job (resolved against the first replay: a spec without a kernel is
   // its recording), its strategy checked.
-  KTUNE_ASSIGN_OR_RETURN(JobRun run, JobRun::Plan(spec, ".", replays.empty() ? nullptr
-                                                                              : replays.front().get()));
+  KTUNE_ASSIGN_OR_RETURN(
+      JobRun run, JobRun::Plan(spec, ".", replays.empty() ? nullptr : replays.front().get()));
   KTUNE_RETURN_IF_ERROR(CheckSize(run.job()));
   // A recording that cannot replay this job (other parameters, a pipeline)
   // is refused now rather than queued to fail; binding a replay is cheap,

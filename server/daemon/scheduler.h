@@ -26,10 +26,10 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/tuner.pb.h"
 #include "server/daemon/fair_gate.h"
+#include "server/runner/runner.h"
 #include "tuner/base/clock.h"
 #include "tuner/base/file_lock.h"
 #include "tuner/session/session.h"
-#include "server/runner/runner.h"
 #include "tuner/store/store.h"
 
 namespace ktune {

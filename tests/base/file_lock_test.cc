@@ -39,7 +39,7 @@ TEST(FileLockTest, ALockWhoseFileWasRemovedIsTakenOnTheNewFile) {
   EXPECT_FALSE(first->locked());
   EXPECT_NE(access(path.c_str(), F_OK), 0);  // removed
 
-  ASSERT_TRUE(early->TryLock());              // opened the old file, locks the path's
+  ASSERT_TRUE(early->TryLock());             // opened the old file, locks the path's
   EXPECT_EQ(access(path.c_str(), F_OK), 0);  // which exists again
   absl::StatusOr<FileLock> late = FileLock::Open(path, FileLock::Access::kPrivate);
   ASSERT_TRUE(late.ok());

@@ -556,6 +556,10 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "--seed", "-1"},
        "--seed: '-1' is not a non-negative"},
       {{"tune", "--local", "--device", cache, "--max-seconds", "soon"}, "--max-seconds: 'soon'"},
+      {{"tune", "--local", "--device", cache, "--max-evals", "0"},
+       "--max-evals: 0 is no budget; give 1 or more, or leave the flag out for no limit"},
+      {{"tune", "--local", "--device", cache, "--max-seconds", "0"},
+       "--max-seconds: 0 is no budget"},
       {{"tune", "--local", "--device", cache, "--strategy", "genius"},
        "--strategy: unknown strategy 'genius'"},
       {{"tune", "--local", "--device", cache, "--strategy", "bayes:initial"},
@@ -611,7 +615,8 @@ TEST_F(CliTest, WithoutADriverTheGpuCommandsSaySo) {
   unsetenv("KTUNE_CUDA_DRIVER");
   EXPECT_EQ(devices.code, 1);
   EXPECT_THAT(devices.err, HasSubstr("no CUDA driver on this machine (" + missing + ": "));
-  EXPECT_EQ(devices.err.find(missing), devices.err.rfind(missing)) << "named twice: " << devices.err;
+  EXPECT_EQ(devices.err.find(missing), devices.err.rfind(missing))
+      << "named twice: " << devices.err;
   EXPECT_THAT(devices.err, HasSubstr("only simulated devices"));
   EXPECT_EQ(tune.code, 1);
   EXPECT_THAT(tune.err, HasSubstr("--device 0: "));

@@ -271,8 +271,8 @@ TEST_F(DaemonTest, ASecondDaemonOnOneAddressIsRefused) {
 }
 
 TEST_F(DaemonTest, AListenAddressOfTheWrongFormIsNamed) {
-  for (const std::string address : {"nonsense", "127.0.0.1:", "127.0.0.1:70000", "::1:7070",
-                                     "127.0.0.1:7x", "unix:"}) {
+  for (const std::string address :
+       {"nonsense", "127.0.0.1:", "127.0.0.1:70000", "::1:7070", "127.0.0.1:7x", "unix:"}) {
     std::string failure;
     EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", address}, &failure)) << address;
     EXPECT_THAT(failure, HasSubstr("--listen " + address + ": ")) << address;

@@ -23,14 +23,13 @@
 
 namespace ktune {
 
-INSTANTIATE_TEST_SUITE_P(Sqlite, StoreContractTest,
-                         ::testing::Values(StoreBackend{
-                             "sqlite", [](const testing::TempDir& dir, const std::string& name) {
-                               return dir.File(name + ".db");
-                             }}),
-                         [](const ::testing::TestParamInfo<StoreBackend>& p) {
-                           return p.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Sqlite, StoreContractTest,
+    ::testing::Values(StoreBackend{"sqlite",
+                                   [](const testing::TempDir& dir, const std::string& name) {
+                                     return dir.File(name + ".db");
+                                   }}),
+    [](const ::testing::TestParamInfo<StoreBackend>& p) { return p.param.name; });
 
 namespace {
 

@@ -21,9 +21,9 @@ absl::StatusOr<const Api*> LoadOnce() {
   if (handle == nullptr) {
     // dlerror names the library itself: "libcuda.so.1: cannot open ...".
     const char* err = dlerror();
-    return absl::FailedPreconditionError(
-        StrCat("no CUDA driver on this machine (", err != nullptr ? err : StrCat(path, ": not found"),
-               "); only simulated devices (--device sim:FILE) are available"));
+    return absl::FailedPreconditionError(StrCat(
+        "no CUDA driver on this machine (", err != nullptr ? err : StrCat(path, ": not found"),
+        "); only simulated devices (--device sim:FILE) are available"));
   }
   auto get = reinterpret_cast<GetProcAddress>(dlsym(handle, "cuGetProcAddress_v2"));
   if (get == nullptr) {

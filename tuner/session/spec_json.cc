@@ -66,9 +66,9 @@ std::optional<std::string> CheckEnum(const std::string& path, const Json& value,
   for (int i = 0; i < type.value_count(); ++i) {
     const std::string& n = type.value(i)->name();
     constexpr std::string_view kUnspecified = "_UNSPECIFIED";
-    const bool unspecified = n.size() >= kUnspecified.size() &&
-                             n.compare(n.size() - kUnspecified.size(), kUnspecified.size(),
-                                       kUnspecified) == 0;
+    const bool unspecified =
+        n.size() >= kUnspecified.size() &&
+        n.compare(n.size() - kUnspecified.size(), kUnspecified.size(), kUnspecified) == 0;
     if (!unspecified) names.push_back(n);
   }
   std::string out =

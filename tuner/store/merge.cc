@@ -116,7 +116,8 @@ absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
   };
   std::vector<std::string> kernels;
   {
-    absl::StatusOr<sqlite::Statement> q = (*store)->db_.Prepare("SELECT DISTINCT name FROM kernels");
+    absl::StatusOr<sqlite::Statement> q =
+        (*store)->db_.Prepare("SELECT DISTINCT name FROM kernels");
     if (!q.ok()) return damaged(q.status());
     absl::Status s = q->ForEachRow([&]() -> absl::Status {
       kernels.push_back(q->Text(0));

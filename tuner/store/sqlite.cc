@@ -11,7 +11,6 @@ absl::Status NotASqliteDatabase(const std::string& path) {
       StrCat(path, ": not a SQLite database, so not a ktune store; nothing was changed"));
 }
 
-
 void DbCloser::operator()(sqlite3* db) const noexcept {
   // Statements are finalised by their owners first; close_v2 defers the
   // close if one is still alive instead of failing.
