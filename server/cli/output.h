@@ -39,7 +39,7 @@ struct TuneSummary {
   std::string kernel;
   DeviceInfo device;
   Problem problem;
-  std::string strategy;  // as resolved ("bayes" for "auto") when known
+  std::string strategy;  // StrategyLabel: "auto (bayes)", "genetic"
   std::int64_t evaluations = 0;
   std::array<std::int64_t, kNumCandidateStatuses> status_counts{};
   std::optional<StoredMeasurement> best;

@@ -126,7 +126,7 @@ TuneSummary SummaryOfRun(const Job& job, const DeviceInfo& device, const JobRunR
   summary.kernel = job.kernel_name;
   summary.device = device;
   summary.problem = job.problem;
-  summary.strategy = r.strategy;
+  summary.strategy = StrategyLabel(job.strategy, r.strategy);
   summary.evaluations = p.evaluations;
   summary.status_counts = p.status_counts;
   summary.best = r.session.best;
@@ -285,7 +285,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
         std::fprintf(
             stderr, "ktune: job %s: %s on %s, strategy %s, %s configurations\n",
             run->IdOn((*device)->info()).c_str(), job.kernel_name.c_str(),
-            (*device)->info().name.c_str(), start.strategy.c_str(),
+            (*device)->info().name.c_str(), StrategyLabel(job.strategy, start.strategy).c_str(),
             StrCat(count.exact ? "" : "~", static_cast<std::uint64_t>(count.count)).c_str());
       });
   line.Finish();

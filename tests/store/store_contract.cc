@@ -279,6 +279,24 @@ TEST_P(StoreContractTest, QueuedJobsKeepTheirOriginAndPriority) {
   EXPECT_EQ(r->origin, "daemon");
 }
 
+// Queued as "auto", a job runs as what auto became: the store says which.
+TEST_P(StoreContractTest, AJobRunsUnderTheStrategyItStartsWith) {
+  std::unique_ptr<Store> s = Open();
+  JobRecord j = MakeJob("q2");
+  j.strategy = "auto";
+  bool existed = false;
+  ASSERT_TRUE(s->QueueJob(j, &existed).ok());
+  EXPECT_EQ(s->GetJob("q2")->strategy, "auto");
+  j.strategy = "auto (bayes)";
+  absl::StatusOr<JobRecord> r = s->StartJob(j, &existed);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->strategy, "auto (bayes)");
+  JobRecord again = MakeJob("q2");
+  again.strategy = "auto";  // queued again (a daemon restarted): what it ran as stays
+  ASSERT_TRUE(s->QueueJob(again, &existed).ok());
+  EXPECT_EQ(s->GetJob("q2")->strategy, "auto (bayes)");
+}
+
 TEST_P(StoreContractTest, AJobRunByALiveProcessIsNotRunTwiceAndADeadOnesReadsInterrupted) {
   const pid_t child = StartJobInAChild(Locator(), MakeJob("job1"));
   ASSERT_GT(child, 0);
@@ -483,8 +501,8 @@ TEST_P(StoreContractTest, PriorMeasurementsAreOtherJobsOfTheKernelNewestFirst) {
   ASSERT_TRUE(s->AddMeasurement("other", Ok(0, "z", 1.0)).ok());
   ASSERT_TRUE(s->StartJob(MakeJob("new"), nullptr).ok());
 
-  absl::StatusOr<std::vector<PriorMeasurement>> prior = s->LoadPriorMeasurements(
-      "saxpy", {"block_size_x", "tile"}, "time", "new", 100);
+  absl::StatusOr<std::vector<PriorMeasurement>> prior =
+      s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "time", "new", 100);
   ASSERT_TRUE(prior.ok()) << prior.status();
   ASSERT_EQ(prior->size(), 2u);  // a and the failure; not the exclusion
   EXPECT_EQ((*prior)[0].key, "a");
@@ -493,10 +511,10 @@ TEST_P(StoreContractTest, PriorMeasurementsAreOtherJobsOfTheKernelNewestFirst) {
   EXPECT_FALSE((*prior)[1].loss.has_value());
   EXPECT_EQ(s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "time", "new", 1)->size(),
             1u);
-  EXPECT_TRUE(s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "time", "old", 100)
-                  ->empty());
-  EXPECT_TRUE(s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "GB/s", "new", 100)
-                  ->empty());
+  EXPECT_TRUE(
+      s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "time", "old", 100)->empty());
+  EXPECT_TRUE(
+      s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "GB/s", "new", 100)->empty());
   EXPECT_TRUE(s->LoadPriorMeasurements("saxpy", {"block_size_x", "tile"}, "time", "new", 100,
                                        "2000-01-01T00:00:00.000Z")
                   ->empty());

@@ -306,6 +306,11 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   return ParseJobSpecJson(*text, path);
 }
 
+std::string StrategyLabel(const std::string& named, const std::string& resolved) {
+  if (resolved.empty() || resolved == named) return named;
+  return StrCat(named, " (", resolved, ")");
+}
+
 std::string JobSpecToJson(const v1::JobSpec& spec) {
   std::string out;
   google::protobuf::util::JsonPrintOptions options;

@@ -66,6 +66,10 @@ class Objective {
   std::size_t num_params_ = 0;
 };
 
+// How a job's strategy is shown: "auto (bayes)" for the default and what
+// it became, else the name ("genetic").
+std::string StrategyLabel(const std::string& named, const std::string& resolved);
+
 // A validated job, ready to run. Immutable once resolved.
 struct Job {
   v1::JobSpec spec;

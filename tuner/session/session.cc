@@ -119,7 +119,8 @@ class Session::Running {
 };
 
 absl::Status Session::Running::Start() {
-  const JobRecord rec = MakeJobRecord(s_.job_, s_.device_.info());
+  JobRecord rec = MakeJobRecord(s_.job_, s_.device_.info());
+  rec.strategy = StrategyLabel(s_.job_.strategy, s_.resolved_strategy_);
   result_.resolved_strategy = s_.resolved_strategy_;
   KTUNE_RETURN_IF_ERROR(store_.StartJob(rec, &result_.resumed).status());
   KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> previous,

@@ -59,6 +59,7 @@ struct SqliteStore::Statements {
   sqlite::Statement set_state;
   sqlite::Statement get_runner;
   sqlite::Statement set_runner;
+  sqlite::Statement set_strategy;
   sqlite::Statement insert_measurement;
   sqlite::Statement bump_evaluations;
   sqlite::Statement upsert_best;
@@ -123,6 +124,7 @@ UPDATE jobs SET state = ?2, message = ?3, updated_at = ?4 WHERE id = ?1)sql"));
   KTUNE_RETURN_IF_ERROR(
       prep(st->get_runner, "SELECT runner FROM jobs WHERE id = ?1 AND state = 'running'"));
   KTUNE_RETURN_IF_ERROR(prep(st->set_runner, "UPDATE jobs SET runner = ?2 WHERE id = ?1"));
+  KTUNE_RETURN_IF_ERROR(prep(st->set_strategy, "UPDATE jobs SET strategy = ?2 WHERE id = ?1"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_measurement, R"sql(
 INSERT INTO measurements (job_id, seq, config_key, config, status, time_ms,
   objective, loss, median_ms, mean_ms, min_ms, max_ms, q1_ms, q3_ms,
@@ -252,7 +254,8 @@ absl::StatusOr<JobRecord> SqliteStore::QueueJob(const JobRecord& job, bool* exis
   return RecordJob(job, JobState::kQueued, existed);
 }
 
-absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState state, bool* existed) {
+absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState state,
+                                                 bool* existed) {
   KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
   const std::optional<ProcessName> self = ThisProcess();
   const std::string runner = self ? self->Encode() : "";
@@ -299,6 +302,11 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
         .Bind(3, std::string_view(""))
         .Bind(4, std::string_view(now));
     KTUNE_RETURN_IF_ERROR(up.Run());
+    if (state == JobState::kRunning) {  // what "auto" became, now it runs
+      sqlite::Statement& st = stmts_->set_strategy;
+      st.Bind(1, std::string_view(job.id)).Bind(2, std::string_view(job.strategy));
+      KTUNE_RETURN_IF_ERROR(st.Run());
+    }
   }
   sqlite::Statement& r = stmts_->set_runner;
   r.Bind(1, std::string_view(job.id))
@@ -310,7 +318,7 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
 }
 
 absl::Status SqliteStore::SetJobState(const std::string& job_id, JobState state,
-                                const std::string& message) {
+                                      const std::string& message) {
   sqlite::Statement& s = stmts_->set_state;
   const std::string now = NowIso8601();
   s.Bind(1, std::string_view(job_id))
@@ -416,7 +424,8 @@ absl::Status SqliteStore::RefreshBest(const std::string& job_id) {
   return tx.Commit();
 }
 
-absl::StatusOr<std::vector<StoredMeasurement>> SqliteStore::LoadMeasurements(const std::string& job_id) {
+absl::StatusOr<std::vector<StoredMeasurement>> SqliteStore::LoadMeasurements(
+    const std::string& job_id) {
   sqlite::Statement& s = stmts_->load_measurements;
   s.Bind(1, std::string_view(job_id));
   std::vector<StoredMeasurement> out;
@@ -449,7 +458,8 @@ absl::StatusOr<std::vector<StoredMeasurement>> SqliteStore::LoadMeasurements(con
     r.message = s.Text(17);
     m.measured_at = s.Text(18);
     auto damaged = [&](const absl::Status& st) {
-      return absl::DataLossError(StrCat("job ", job_id, ": measurement ", m.key, ": ", st.message()));
+      return absl::DataLossError(
+          StrCat("job ", job_id, ": measurement ", m.key, ": ", st.message()));
     };
     absl::StatusOr<Conditions> conditions = ConditionsFromJson(s.Text(19));
     if (!conditions.ok()) return damaged(conditions.status());
@@ -493,7 +503,9 @@ absl::StatusOr<JobRecord> SqliteStore::GetJob(const std::string& id_or_prefix) {
   return std::move(found[0]);
 }
 
-absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs() { return ReadJobs(stmts_->list_jobs); }
+absl::StatusOr<std::vector<JobRecord>> SqliteStore::ListJobs() {
+  return ReadJobs(stmts_->list_jobs);
+}
 
 absl::StatusOr<std::vector<BestRecord>> SqliteStore::FindBest(
     const std::string& kernel_name, const std::optional<std::string>& device,

@@ -109,9 +109,11 @@ class Store {
   virtual int schema_version() const = 0;
 
   // Records the job (with its device and kernel) unless a job with this id
-  // exists, then marks it running in this process. Returns the stored
-  // record and sets *resumed when it existed before. FAILED_PRECONDITION
-  // when another live process of this host is running the job.
+  // exists, then marks it running in this process, under `job.strategy`
+  // (a job queued as "auto" runs as "auto (bayes)", say). Returns the
+  // stored record and sets *resumed when it existed before.
+  // FAILED_PRECONDITION when another live process of this host is running
+  // the job.
   virtual absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed) = 0;
 
   // The same, but leaves the job queued (a daemon's job waiting its turn);
