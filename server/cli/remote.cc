@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "server/cli/progress_line.h"
 #include "server/common/convert.h"
 #include "tuner/base/file.h"
 #include "tuner/base/json.h"
@@ -122,6 +123,32 @@ absl::StatusOr<v1::Job> FetchJob(const Connection& c, const std::string& id, boo
   return job;
 }
 
+namespace {
+
+// What the job's events say of its progress, as a local run's Progress:
+// evaluations and budgets from progress events, the best from new bests,
+// and the rate over the evaluations made since the follow began.
+void FollowProgress(const v1::JobEvent& ev, std::chrono::steady_clock::time_point start,
+                    Progress* p, bool* seen) {
+  if (ev.event_case() == v1::JobEvent::kNewBest) {
+    const StoredMeasurement best = MeasurementFromProto(ev.new_best());
+    p->best_time_ms = best.measurement.time.count();
+    p->best_key = best.key;
+    return;
+  }
+  if (ev.event_case() != v1::JobEvent::kProgress) return;
+  const v1::Progress& in = ev.progress();
+  if (!*seen) p->replayed = in.evaluations();  // made before the follow
+  *seen = true;
+  p->evaluations = in.evaluations();
+  p->max_evaluations = in.max_evaluations();
+  p->elapsed = Millis(in.elapsed_s() * 1e3);
+  p->max_time = Millis(in.max_time_s() * 1e3);
+  p->wall = std::chrono::steady_clock::now() - start;
+}
+
+}  // namespace
+
 // Follows a job's events to the end. With `print`, each event is a line
 // (JSON with --json). Returns the last state seen.
 absl::StatusOr<v1::JobState> Follow(const Connection& c, const std::string& id, bool from_start,
@@ -134,7 +161,11 @@ absl::StatusOr<v1::JobState> Follow(const Connection& c, const std::string& id, 
   std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = c.stub->WatchJob(&ctx, req);
   v1::JobEvent ev;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  const bool tty = isatty(2) != 0;
+  // Unprinted, the job's progress is the local run's line, from its events.
+  ProgressLine line(UINT64_MAX);
+  Progress progress;
+  bool seen_progress = false;
+  const auto start = std::chrono::steady_clock::now();
   while (reader->Read(&ev)) {
     if (ev.event_case() == v1::JobEvent::kState) state = ev.state();
     if (print && json) {
@@ -181,16 +212,12 @@ absl::StatusOr<v1::JobState> Follow(const Connection& c, const std::string& id, 
         default: break;
       }
       std::cout << std::flush;
-    } else if (tty && ev.event_case() == v1::JobEvent::kProgress) {
-      std::fprintf(stderr, "\r\033[Kktune: %lld",
-                   static_cast<long long>(ev.progress().evaluations()));
-      if (ev.progress().max_evaluations() > 0) {
-        std::fprintf(stderr, " / %lld", static_cast<long long>(ev.progress().max_evaluations()));
-      }
-      std::fprintf(stderr, " evaluations");
+    } else {
+      FollowProgress(ev, start, &progress, &seen_progress);
+      if (ev.event_case() == v1::JobEvent::kProgress) line.Update(progress);
     }
   }
-  if (tty && !print) std::fputs("\r\033[K", stderr);
+  line.Finish();
   *rpc = reader->Finish();
   if (!rpc->ok()) return absl::UnknownError("rpc");
   return state;

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "ktune/v1/job.pb.h"
 #include "server/cli/command.h"
+#include "server/cli/progress_line.h"
 #include "server/cli/remote.h"
 #include "server/common/convert.h"
 #include "server/runner/job_run.h"
@@ -63,61 +64,6 @@ const CommandSpec kTuneCommand{
          {"emit-json", "FILE", "write the result as JSON (implies --wait)"},
          {"priority", "N", "with --server: higher runs first among queued jobs (default 0)"}}),
     1};
-
-class ProgressLine {
- public:
-  explicit ProgressLine(std::uint64_t space_size)
-      : tty_(isatty(STDERR_FILENO) == 1), space_size_(space_size) {}
-
-  void Update(const Progress& p) {
-    if (!tty_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < std::chrono::milliseconds(100) && p.evaluations > 1) return;
-    last_ = now;
-    const double wall = p.wall.count();
-    const double rate = wall > 0 ? static_cast<double>(p.evaluations) / wall : 0;
-    std::string line = StrCat("\r\033[K", p.evaluations);
-    if (p.max_evaluations > 0) line += StrCat("/", p.max_evaluations);
-    line += " evaluations";
-    if (p.best_time_ms) {
-      line += StrCat("  best ", FormatMs(*p.best_time_ms), " (", p.best_key, ")");
-    }
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "  %.0f/s", rate);
-    line += buf;
-    // Time left: by the evaluation budget, the space size, or the time budget.
-    std::optional<double> left;
-    std::uint64_t target = space_size_;
-    if (p.max_evaluations > 0 && static_cast<std::uint64_t>(p.max_evaluations) < target) {
-      target = static_cast<std::uint64_t>(p.max_evaluations);
-    }
-    if (rate > 0 && target > static_cast<std::uint64_t>(p.evaluations)) {
-      left = static_cast<double>(target - static_cast<std::uint64_t>(p.evaluations)) / rate;
-    }
-    if (p.max_time.count() > 0 && p.elapsed.count() > 0) {
-      const double by_time =
-          (p.max_time - p.elapsed).count() / 1e3 * (wall / (p.elapsed.count() / 1e3));
-      left = left ? std::min(*left, std::max(0.0, by_time)) : std::max(0.0, by_time);
-    }
-    if (left) {
-      std::snprintf(buf, sizeof buf, "  ~%.0fs left", *left);
-      line += buf;
-    }
-    std::fputs(line.c_str(), stderr);
-    std::fflush(stderr);
-    shown_ = true;
-  }
-
-  void Finish() {
-    if (shown_) std::fputs("\r\033[K", stderr);
-  }
-
- private:
-  bool tty_;
-  std::uint64_t space_size_;
-  bool shown_ = false;
-  std::chrono::steady_clock::time_point last_{};
-};
 
 TuneSummary SummaryOfRun(const Job& job, const DeviceInfo& device, const JobRunResult& r) {
   const Progress& p = r.session.progress;

@@ -167,9 +167,9 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const v1::CancelJobRequest& request) {
 
 void Scheduler::NoticeOutsideWrites() {
   constexpr std::int64_t kEveryNs = 200'000'000;
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               options_.clock->Now().time_since_epoch())
-                               .count();
+  const std::int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.clock->Now().time_since_epoch())
+          .count();
   std::int64_t last = outside_checked_ns_.load(std::memory_order_relaxed);
   if (now - last < kEveryNs ||
       !outside_checked_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed)) {
@@ -250,8 +250,10 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
     Unwatch(sink.get());
     return job.status();
   }
+  // A job not running here is told once, as the last event; a live one's
+  // state comes first and its changes follow.
   v1::JobEvent state = StateEvent(id, job->state());
-  sink->Deliver(state, false);
+  if (e != nullptr) sink->Deliver(state, false);
   for (const v1::MeasurementRecord& m : job->measurements()) {
     v1::JobEvent ev;
     ev.set_job_id(id);

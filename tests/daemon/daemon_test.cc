@@ -17,6 +17,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <set>
 #include <string>
 #include <thread>
@@ -94,11 +95,40 @@ TEST_F(DaemonTest, RemoteSessionSubmitWatchBestAndHeader) {
   const RunResult devices = Cli({"devices"});
   EXPECT_THAT(devices.out, HasSubstr("NVIDIA A100-PCIE-40GB"));
 
+  // Watching the finished job: its measurements, then its state, once.
+  const RunResult watched = Cli({"watch", id, "--from-start"});
+  EXPECT_EQ(watched.code, 0) << watched.err;
+  EXPECT_EQ(std::count(watched.out.begin(), watched.out.end(), '\n'), 41) << watched.out;
+  EXPECT_THAT(watched.out, ::testing::EndsWith("state     succeeded\n"));
+  EXPECT_EQ(watched.out.find("state "), watched.out.rfind("state ")) << watched.out;
+
   // Submitting the same job again resumes it: nothing is measured twice.
   const RunResult again = Cli({"tune", "--max-evals", "40", "--seed", "3", "--wait", "--json"});
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_THAT(again.err, HasSubstr("resumed"));
   EXPECT_EQ(Get(id, true).measurements_size(), 40);
+}
+
+// On a terminal, a job followed on the daemon draws the line a job run
+// here draws: evaluations of the budget, the best so far, the rate, the
+// time left.
+TEST_F(DaemonTest, TheProgressLineIsTheSameHereAndOnTheDaemon) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--sim-speed", "100"}));
+  int code = -1;
+  const std::string remote = testing::RunInTerminal(
+      KTUNE_CLI_PATH, {"--server", address_, "tune", "--max-evals", "60", "--seed", "5", "--wait"},
+      &code);
+  EXPECT_EQ(code, 0) << remote;
+  const std::string local =
+      testing::RunInTerminal(KTUNE_CLI_PATH,
+                             {"tune", "--local", "--device", kConv, "--sim-speed", "100",
+                              "--max-evals", "60", "--seed", "5", "--db", File("local.db")},
+                             &code);
+  EXPECT_EQ(code, 0) << local;
+  const std::regex line(
+      R"(\r\x1b\[K\d+/60 evaluations  best [0-9.]+ ms \([0-9,]+\)  \d+/s  ~\d+s left)");
+  EXPECT_TRUE(std::regex_search(local, line)) << local;
+  EXPECT_TRUE(std::regex_search(remote, line)) << remote;
 }
 
 TEST_F(DaemonTest, ConcurrentClientsSubmitWatchAndQuery) {
@@ -363,7 +393,8 @@ TEST_F(DaemonTest, SigkillMidJobsThenRestartFinishesEachOnce) {
   absl::StatusOr<std::unique_ptr<Store>> ref = Store::Open(File("ref.db"), false);
   std::vector<std::string> want, got;
   ASSERT_TRUE(ref.ok());
-  const std::vector<StoredMeasurement> ref_ms = *(*ref)->LoadMeasurements((*(*ref)->ListJobs())[0].id);
+  const std::vector<StoredMeasurement> ref_ms =
+      *(*ref)->LoadMeasurements((*(*ref)->ListJobs())[0].id);
   for (const auto& m : ref_ms) want.push_back(m.key);
   const v1::Job first = Get(ids[0], true);
   for (const auto& m : first.measurements()) got.push_back(m.config().key());

@@ -2,8 +2,9 @@
 #ifndef KTUNE_TESTS_TESTING_PROCESS_H_
 #define KTUNE_TESTS_TESTING_PROCESS_H_
 
-#include <fcntl.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +22,16 @@ inline std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
+// In a forked child: becomes `binary args...` (exit 127 if it cannot).
+[[noreturn]] inline void Exec(const std::string& binary, const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(binary.c_str(), argv.data());
+  _exit(127);
+}
+
 // In a forked child: stdout and stderr to files, then `binary args...`.
 [[noreturn]] inline void ExecWithOutput(const std::string& binary,
                                         const std::vector<std::string>& args,
@@ -29,12 +40,7 @@ inline std::string Slurp(const std::string& path) {
   const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   dup2(o, 1);
   dup2(e, 2);
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(binary.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  execv(binary.c_str(), argv.data());
-  _exit(127);
+  Exec(binary, args);
 }
 
 // Starts `binary args...` with stdout and stderr going to files.
@@ -85,6 +91,31 @@ inline int WaitExit(pid_t pid) {
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs `binary args...` on a pseudo-terminal (stdout and stderr both the
+// terminal, as a user at a shell has them) to its end: everything it wrote
+// there, and its exit code in *code.
+inline std::string RunInTerminal(const std::string& binary, const std::vector<std::string>& args,
+                                 int* code) {
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid == 0) Exec(binary, args);
+  std::string out;
+  if (pid < 0) {
+    *code = -1;
+    return out;
+  }
+  char buf[4096];
+  while (true) {  // EIO once the child's side is closed
+    const ssize_t n = read(master, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  close(master);
+  *code = WaitExit(pid);
+  return out;
 }
 
 // Kills and reaps a child process when it goes out of scope, however a
