@@ -13,8 +13,8 @@
 #include "server/common/convert.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
-#include "tuner/store/store.h"
 #include "tuner/ipc/subprocess.h"
+#include "tuner/store/store.h"
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/device/cuda_device.h"
 #endif
@@ -30,7 +30,8 @@ const CommandSpec kDevicesCommand{
 
 std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
 #ifdef KTUNE_HAVE_CUDA
-  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(WorkerProgram{SelfExecutable()});
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
+      ListCudaDevices(WorkerProgram{SelfExecutable()});
 #else
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = absl::FailedPreconditionError(
       "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");
@@ -56,16 +57,15 @@ std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
     if (!gpus.ok()) out.Set("error", std::string(gpus.status().message()));
     std::cout << out.Dump() << "\n";
   } else if (gpus.ok()) {
-    std::printf("%-8s  %-28s  %-6s  %10s  %4s  %-7s  %s\n", "ID", "NAME", "ARCH", "MEMORY", "SMS",
-                "DRIVER", "UUID");
+    std::vector<std::vector<std::string>> rows;
     for (const v1::WorkerDeviceInfo& g : *gpus) {
-      std::printf("%-8s  %-28s  %-6s  %7lld MiB  %4d  %-7s  %s\n",
-                  StrCat("cuda:", g.ordinal()).c_str(), g.name().c_str(),
-                  StrCat("sm_", g.major(), g.minor()).c_str(),
-                  static_cast<long long>(g.memory_bytes() >> 20), g.multiprocessors(),
-                  StrCat(g.driver_version() / 1000, ".", (g.driver_version() % 1000) / 10).c_str(),
-                  g.uuid().c_str());
+      rows.push_back({StrCat("cuda:", g.ordinal()), g.name(), StrCat("sm_", g.major(), g.minor()),
+                      StrCat(g.memory_bytes() >> 20, " MiB"), StrCat(g.multiprocessors()),
+                      StrCat(g.driver_version() / 1000, ".", (g.driver_version() % 1000) / 10),
+                      g.uuid()});
     }
+    std::cout << FormatTable({"ID", "NAME", "ARCH", "MEMORY", "SMS", "DRIVER", "UUID"}, rows,
+                             {false, false, false, true, true});
   }
   if (!gpus.ok()) {
     if (!args.Has("json")) std::cerr << "ktune devices: " << gpus.status().message() << "\n";
@@ -91,13 +91,16 @@ std::optional<Failure> RemoteDevices(const Connection& c, const Args& args, int*
     out.Set("devices", std::move(list));
     std::cout << out.Dump() << "\n";
   } else {
-    std::printf("%-40s  %-28s  %-6s  %10s  %4s  %s\n", "ID", "NAME", "ARCH", "MEMORY", "SMS",
-                "UUID");
+    std::vector<std::vector<std::string>> rows;
     for (const v1::DeviceInfo& d : resp.devices()) {
-      std::printf("%-40s  %-28s  %-6s  %7lld MiB  %4d  %s\n", d.id().c_str(), d.name().c_str(),
-                  d.architecture().c_str(), static_cast<long long>(d.memory_bytes() >> 20),
-                  d.multiprocessors(), d.uuid().c_str());
+      // A replayed recording knows its GPU's name, not its memory or SMs.
+      const bool known = d.memory_bytes() > 0;
+      rows.push_back({d.id(), d.name(), d.architecture().empty() ? "-" : d.architecture(),
+                      known ? StrCat(d.memory_bytes() >> 20, " MiB") : "-",
+                      known ? StrCat(d.multiprocessors()) : "-", d.uuid()});
     }
+    std::cout << FormatTable({"ID", "NAME", "ARCH", "MEMORY", "SMS", "UUID"}, rows,
+                             {false, false, false, true, true});
   }
   *exit_code = kExitOk;
   return std::nullopt;

@@ -246,6 +246,38 @@ void PrintTuneSummary(const TuneSummary& s, bool json) {
   }
 }
 
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<bool>& right) {
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size() && c < width.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string text;
+    for (std::size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < cells.size() ? cells[c] : "";
+      const std::string pad(width[c] - cell.size(), ' ');
+      const bool last = c + 1 == width.size();
+      if (c > 0) text += "  ";
+      if (c < right.size() && right[c]) {
+        text += pad + cell;
+      } else {
+        text += last ? cell : cell + pad;
+      }
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out += text + "\n";
+  };
+  line(header);
+  for (const auto& row : rows) line(row);
+  return out;
+}
+
 void PrintJobs(const std::vector<JobRecord>& jobs, bool json) {
   if (json) {
     Json out = Json::MakeObject();
@@ -255,13 +287,13 @@ void PrintJobs(const std::vector<JobRecord>& jobs, bool json) {
     std::cout << out.Dump() << "\n";
     return;
   }
-  std::printf("%-16s  %-12s  %-12s  %-24s  %-12s  %s\n", "JOB", "STATE", "EVALUATIONS", "KERNEL",
-              "STRATEGY", "DEVICE");
+  std::vector<std::vector<std::string>> rows;
   for (const JobRecord& j : jobs) {
-    std::printf("%-16s  %-12s  %-12lld  %-24s  %-12s  %s\n", j.id.c_str(), JobStateName(j.state),
-                static_cast<long long>(j.evaluations), j.kernel_name.c_str(), j.strategy.c_str(),
-                j.device.name.c_str());
+    rows.push_back({j.id, JobStateName(j.state), StrCat(j.evaluations), j.kernel_name, j.strategy,
+                    j.device.name});
   }
+  std::cout << FormatTable({"JOB", "STATE", "EVALUATIONS", "KERNEL", "STRATEGY", "DEVICE"}, rows,
+                           {false, false, true});
 }
 
 void PrintShow(const JobRecord& job, const std::vector<StoredMeasurement>& ms, bool json) {

@@ -30,6 +30,13 @@ Json BestToJson(const BestRecord& best);
 // A config's JSON text parsed back into an object (empty object if corrupt).
 Json ConfigJson(const std::string& config_json);
 
+// A table for people: each column as wide as its widest cell, two spaces
+// between columns, the last column not padded. `right` says which columns
+// are right-aligned (numbers); missing entries are left-aligned.
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows,
+                        const std::vector<bool>& right = {});
+
 // "1.234 ms" with four significant digits, or "-" for NaN.
 std::string FormatMs(double ms);
 

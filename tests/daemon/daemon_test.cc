@@ -19,6 +19,7 @@
 #include <mutex>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,6 +323,22 @@ TEST_F(DaemonTest, SeveralDevices) {
   }
   EXPECT_EQ(placed.size(), 3u);
   for (const std::string& id : ids) Follow(id);
+
+  // The devices' table: every column starts where its heading does, with
+  // ids (recordings' paths) longer than any fixed width.
+  const RunResult devices = Cli({"devices"});
+  ASSERT_EQ(devices.code, 0) << devices.err;
+  std::istringstream lines(devices.out);
+  std::string header, line;
+  std::getline(lines, header);
+  const std::size_t name_at = header.find("NAME"), uuid_at = header.find("UUID");
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    ++rows;
+    EXPECT_EQ(line.find("NVIDIA"), name_at) << devices.out;
+    EXPECT_EQ(line.find("sim-"), uuid_at) << devices.out;
+  }
+  EXPECT_EQ(rows, 3) << devices.out;
 }
 
 TEST_F(DaemonTest, CancelQueuedAndRunningJobs) {
