@@ -125,6 +125,21 @@ TEST(RecordedSpaceTest, RepairsAnUnclosedCache) {
   EXPECT_EQ(partial->entries().size(), 3u);
 }
 
+// A replay ranks by the time the recording gives (Kernel Tuner's "time",
+// the mean of its runs), not by the median of the recorded runs, which
+// stays in the statistics: the docs say so (docs/measurement.md).
+TEST(RecordedSpaceTest, AReplayRanksByTheRecordedTimeWithTheRunsMedianBeside) {
+  const std::string cache = R"({"device_name": "Test GPU", "kernel_name": "k",
+"tune_params_keys": ["bs"], "tune_params": {"bs": [32]},
+"cache": {"32": {"bs": 32, "time": 2.0, "times": [1.0, 1.1, 3.9]}}})";
+  absl::StatusOr<RecordedSpace> rs = RecordedSpace::Parse("mean.json", cache);
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  const Measurement& m = rs->Find("32")->measurement;
+  EXPECT_DOUBLE_EQ(m.time.count(), 2.0);
+  EXPECT_DOUBLE_EQ(m.stats.median.count(), 1.1);
+  EXPECT_DOUBLE_EQ(m.stats.mean.count(), 2.0);
+}
+
 struct BadFile {
   std::string text;
   const char* message;
