@@ -95,10 +95,15 @@ absl::StatusOr<std::string> ReadSecret(const std::string& flag, const std::strin
   absl::StatusOr<std::string> text = ReadFileContents(path);
   if (!text.ok())
     return absl::InvalidArgumentError(StrCat("--", flag, ": ", text.status().message()));
+  // Warned about rather than refused: secrets mounted by an orchestrator
+  // are often group- or world-readable inside a container of one user.
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && (st.st_mode & S_IROTH) != 0) {
-    std::fprintf(stderr, "ktuned: warning: %s (--%s) is readable by every user\n", path.c_str(),
-                 flag.c_str());
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IRGRP | S_IROTH)) != 0) {
+    std::fprintf(stderr,
+                 "ktuned: warning: --%s %s is readable by other users (mode %03o); make it "
+                 "readable by its owner only: chmod 600 %s\n",
+                 flag.c_str(), path.c_str(), static_cast<unsigned>(st.st_mode & 0777),
+                 path.c_str());
   }
   return *text;
 }

@@ -202,7 +202,45 @@ absl::Status InlineKernel(const std::string& field, v1::Kernel& k, const std::st
   return absl::OkStatus();
 }
 
+// NVRTC options that name a file or a folder: to read headers from
+// (-I, --pre-include, --use-pch, --pch-dir) or to write to (--create-pch,
+// --time, --fdevice-time-trace). A daemon's client names none of its paths.
+bool NamesAPath(const std::string& option) {
+  static constexpr std::string_view kPathOptions[] = {"-I",
+                                                      "--include-path",
+                                                      "-include",
+                                                      "--pre-include",
+                                                      "--create-pch",
+                                                      "-create-pch",
+                                                      "--use-pch",
+                                                      "-use-pch",
+                                                      "--pch-dir",
+                                                      "-pch-dir",
+                                                      "--time",
+                                                      "-time",
+                                                      "--pch",
+                                                      "--fdevice-time-trace",
+                                                      "-fdevice-time-trace"};
+  const std::string_view name = std::string_view(option).substr(0, option.find('='));
+  for (std::string_view p : kPathOptions) {
+    if (name == p || (p == "-I" && option.rfind("-I", 0) == 0)) return true;
+  }
+  // Anything else with a slash in it, but a macro's value.
+  const bool macro = option.rfind("-D", 0) == 0 || option.rfind("-U", 0) == 0 ||
+                     option.rfind("--define-macro", 0) == 0 ||
+                     option.rfind("--undefine-macro", 0) == 0;
+  return !macro && option.find('/') != std::string::npos;
+}
+
 absl::Status RejectKernelFiles(const std::string& field, const v1::Kernel& k) {
+  for (int i = 0; i < k.compiler_options_size(); ++i) {
+    if (NamesAPath(k.compiler_options(i))) {
+      return absl::InvalidArgumentError(
+          StrCat(field, ".compiler_options[", i, "]: '", k.compiler_options(i),
+                 "' names a file or folder, which a daemon does not take from its clients "
+                 "(inline headers; options with paths work with ktune tune --local)"));
+    }
+  }
   if (k.source_case() == v1::Kernel::kFile) {
     return absl::InvalidArgumentError(
         StrCat(field, ".file: the daemon takes the source inline (", field,

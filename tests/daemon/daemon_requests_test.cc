@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "tests/daemon/daemon_fixture.h"
 #include "tuner/base/json.h"
+#include "tuner/base/strings.h"
 #include "tuner/store/store.h"
 
 namespace ktune {
@@ -204,6 +206,80 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
   EXPECT_EQ(Follow(ok.job_id()), v1::SUCCEEDED);
 }
 
+// No request makes the daemon read or write a path its client chose: every
+// field of a job that names a file or folder (sources, headers, data files,
+// NVRTC options that read or write) is refused, naming the field, before
+// anything is opened; a file NVRTC would have written is not there.
+TEST_F(DaemonTest, NoRequestReadsOrWritesAPathTheClientNames) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
+  const std::string secret = File("secret.h");
+  std::ofstream(secret) << "#define SECRET 1\n";
+  const std::string written = File("written.pch");
+  auto base = [] {
+    v1::JobSpec spec = Budget(5, 0);
+    spec.mutable_kernel()->set_name("k");
+    spec.mutable_kernel()->set_code("extern \"C\" __global__ void k() {}");
+    return spec;
+  };
+  struct Case {
+    std::function<void(v1::JobSpec&)> set;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->set_file(secret); }, "kernel.file"},
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->add_include_paths(File("")); },
+       "kernel.include_paths"},
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->add_compiler_options("-I" + File("")); },
+       "kernel.compiler_options[0]"},
+      {[&](v1::JobSpec& s) {
+         s.mutable_kernel()->add_compiler_options("-include");
+         s.mutable_kernel()->add_compiler_options(secret);
+       },
+       "kernel.compiler_options[0]"},
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->add_compiler_options("--pre-include=" + secret); },
+       "kernel.compiler_options[0]"},
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->add_compiler_options("--create-pch=" + written); },
+       "kernel.compiler_options[0]"},
+      {[&](v1::JobSpec& s) { s.mutable_kernel()->add_compiler_options("--pch-dir=pch"); },
+       "kernel.compiler_options[0]"},
+      {[&](v1::JobSpec& s) {
+         v1::Argument* a = s.add_arguments();
+         a->set_name("x");
+         a->set_type(v1::Argument::F32);
+         a->mutable_buffer()->set_size("1");
+         a->mutable_buffer()->set_file(secret);
+       },
+       "arguments[0].buffer.file"},
+      {[&](v1::JobSpec& s) {
+         (*s.mutable_verification()->mutable_expected_data()->mutable_files())["x"] = secret;
+       },
+       "verification.expected_data"},
+      {[&](v1::JobSpec& s) {
+         v1::Kernel* k = s.mutable_verification()->mutable_reference_kernel()->mutable_kernel();
+         k->set_name("r");
+         k->set_file(secret);
+       },
+       "verification.reference_kernel.kernel.file"},
+      {[&](v1::JobSpec& s) {
+         v1::Kernel* k =
+             s.mutable_measurement()->mutable_load()->add_companions()->mutable_kernel();
+         k->set_name("c");
+         k->set_file(secret);
+       },
+       "measurement.load.companions[0].kernel.file"},
+      {[&](v1::JobSpec& s) { s.mutable_device()->add_devices("sim:" + secret); }, "device.devices"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = base();
+    c.set(spec);
+    v1::SubmitJobResponse r;
+    const grpc::Status st = Submit(spec, &r);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(st.error_message(), HasSubstr(c.field)) << st.error_message();
+  }
+  EXPECT_NE(access(written.c_str(), F_OK), 0);
+}
+
 TEST_F(DaemonTest, ArgumentMemoryLimitIsChecked) {
   ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-argument-mib", "64"}));
   // The recorded convolution's kernel, with a 1 GiB input: too much here.
@@ -311,8 +387,16 @@ TEST_F(DaemonTest, TokensAndAddresses) {
   EXPECT_THAT(failure, HasSubstr("--token-file"));
 
   std::ofstream(File("token")) << "s3cret-token\n";
+  chmod(File("token").c_str(), 0640);  // readable by the group: warned about
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--token-file", File("token")}));
+  EXPECT_THAT(Slurp(File("daemon.err")),
+              HasSubstr("--token-file " + File("token") +
+                        " is readable by other users (mode 640); make it readable by its owner "
+                        "only: chmod 600"));
+  Stop(SIGTERM);
   chmod(File("token").c_str(), 0600);
   ASSERT_TRUE(StartDaemon({"--device", kConv, "--token-file", File("token")}));
+  EXPECT_THAT(Slurp(File("daemon.err")), Not(HasSubstr("readable by other users")));
   grpc::ClientContext ctx;
   v1::ListDevicesResponse devices;
   EXPECT_EQ(stub_->ListDevices(&ctx, v1::ListDevicesRequest(), &devices).error_code(),
@@ -351,6 +435,18 @@ TEST_F(DaemonTest, TlsWithAToken) {
   EXPECT_THAT(secured.out, HasSubstr("A100"));
   const RunResult plain = Cli({"devices", "--token-file", File("token"), "--timeout", "3"});
   EXPECT_EQ(plain.code, 1);
+
+  // TLS 1.2 is the least the daemon speaks: a client offering only 1.1
+  // (allowed on its side) gets no session.
+  auto handshake = [&](const char* version) {
+    const std::string out = File(StrCat("s_client_", version));
+    const std::string c = StrCat("openssl s_client -connect ", address_, " -", version,
+                                 " -cipher DEFAULT@SECLEVEL=0 </dev/null >", out, " 2>&1");
+    (void)system(c.c_str());
+    return Slurp(out);
+  };
+  EXPECT_THAT(handshake("tls1_1"), HasSubstr("Cipher is (NONE)"));
+  EXPECT_THAT(handshake("tls1_2"), HasSubstr("New, TLSv1.2, Cipher is "));
 }
 
 }  // namespace
