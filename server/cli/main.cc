@@ -15,6 +15,7 @@
 #include "server/cli/remote.h"
 #include "server/runner/runner.h"
 #include "tuner/base/strings.h"
+#include "tuner/store/sqlite.h"
 
 namespace ktune::cli {
 namespace {
@@ -42,8 +43,8 @@ std::string MainHelp() {
 }
 
 const Command* FindCommand(const std::string& name) {
-  for (const Command* c : {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices,
-                           &kEvaluate, &kMerge}) {
+  for (const Command* c :
+       {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices, &kEvaluate, &kMerge}) {
     if (c->spec->name == name) return c;
   }
   return nullptr;
@@ -110,6 +111,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> all(argv + 1, argv + argc);
   // Worker processes are this same program (see tuner/ipc).
   if (std::optional<int> code = RunIfWorker(all, "ktune")) return *code;
+  sqlite::SetLockWaitNotice([](const std::string& m) { std::cerr << "ktune: " << m << "\n"; });
   if (all.empty() || all[0] == "help" || all[0] == "--help" || all[0] == "-h") {
     std::cout << MainHelp();
     return all.empty() ? kExitInvalidInput : kExitOk;

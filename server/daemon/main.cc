@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <chrono>
@@ -31,6 +32,7 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/ipc/subprocess.h"
+#include "tuner/store/sqlite.h"
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/device/cuda_device.h"
 #endif
@@ -68,6 +70,7 @@ const CommandSpec kDaemonCommand{
      {"max-wall-seconds", "S", "wall time per job (default: no limit)"},
      {"max-kernel-seconds", "S", "time per kernel launch (default: the job's own)"},
      {"max-argument-mib", "N", "GPU memory of a job's buffer arguments, MiB (default: no limit)"},
+     {"max-request-mib", "N", "size of a SubmitJob request, MiB (default 16)"},
      {"tls-cert", "FILE", "PEM certificate chain: serve TLS"},
      {"tls-key", "FILE", "PEM private key of --tls-cert"},
      {"tls-client-ca", "FILE", "PEM CA: clients must present a certificate it signed (mutual TLS)"},
@@ -196,12 +199,14 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
     if (v) *out = *v;
     return absl::OkStatus();
   };
-  std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0, argument_mib = 0;
+  std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0, argument_mib = 0,
+               request_mib = 16;
   KTUNE_RETURN_IF_ERROR(read_int("max-running", 1, 1024, &running));
   KTUNE_RETURN_IF_ERROR(read_int("max-queued", 0, 1 << 20, &queued));
   KTUNE_RETURN_IF_ERROR(read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations));
   KTUNE_RETURN_IF_ERROR(read_int("max-space", 1, INT64_MAX, &max_space));
   KTUNE_RETURN_IF_ERROR(read_int("max-argument-mib", 1, INT64_C(1) << 30, &argument_mib));
+  KTUNE_RETURN_IF_ERROR(read_int("max-request-mib", 1, 1024, &request_mib));
   KTUNE_RETURN_IF_ERROR(read_int("compile-workers", 1, 1024, &workers));
   KTUNE_RETURN_IF_ERROR(read_int("rpc-threads", 1, 256, &threads));
   KTUNE_RETURN_IF_ERROR(read_double("max-wall-seconds", &so.limits.max_wall_seconds));
@@ -211,6 +216,7 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   so.limits.max_queued = static_cast<int>(queued);
   so.limits.max_space = static_cast<double>(max_space);
   so.limits.max_argument_bytes = argument_mib << 20;
+  so.limits.max_request_bytes = request_mib << 20;
   so.device_options.compile_workers = static_cast<int>(workers);
   *rpc_threads = static_cast<int>(threads);
   if (so.devices.empty()) {
@@ -250,13 +256,19 @@ absl::Status WritePortFile(const std::string& path, const std::string& address) 
 
 // Serves until SIGTERM or SIGINT. Returns the exit code.
 int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerService& service,
-          std::size_t devices, const std::string& db) {
+          const SchedulerOptions& so) {
+  const std::size_t devices = so.devices.size();
+  const std::string& db = so.db_path;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // One daemon per address: without this, gRPC lets a second process
   // listen on the same port and the kernel splits the calls between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Requests up to twice --max-request-mib reach the service, which names
+  // the limit and the flag; larger ones gRPC refuses on its own.
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<std::int64_t>(2 * so.limits.max_request_bytes, INT32_MAX)));
   int port = 0;
   builder.AddListeningPort(sec.listen, sec.credentials, &port);
   builder.RegisterService(&service);
@@ -312,6 +324,7 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
 int Main(int argc, char** argv) {
   std::vector<std::string> all(argv + 1, argv + argc);
   if (std::optional<int> code = RunIfWorker(all, "ktuned")) return *code;
+  sqlite::SetLockWaitNotice([](const std::string& m) { std::cerr << "ktuned: " << m << "\n"; });
   absl::StatusOr<Args> args = flags::Parse(kDaemonCommand, all);
   if (!args.ok()) {
     std::cerr << "ktuned: " << args.status().message() << "\n";
@@ -343,7 +356,7 @@ int Main(int argc, char** argv) {
                : kExitError;
   }
   TunerService service(scheduler, sec->token, rpc_threads);
-  return Serve(*sec, *args, scheduler, service, so->devices.size(), so->db_path);
+  return Serve(*sec, *args, scheduler, service, *so);
 }
 
 }  // namespace

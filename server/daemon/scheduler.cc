@@ -503,6 +503,12 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
   if (request.priority() < -1000 || request.priority() > 1000) {
     return absl::InvalidArgumentError("priority: must lie in [-1000, 1000]");
   }
+  if (const std::size_t bytes = request.ByteSizeLong();
+      bytes > static_cast<std::size_t>(options_.limits.max_request_bytes)) {
+    return absl::ResourceExhaustedError(
+        StrCat("the request is ", bytes, " bytes; this daemon takes up to ",
+               options_.limits.max_request_bytes >> 20, " MiB (ktuned --max-request-mib)"));
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) return NotAccepting();

@@ -42,6 +42,7 @@ struct SchedulerLimits {
   double max_wall_seconds = 0;          // per job; 0: none
   double max_kernel_seconds = 0;        // per launch (measurement.kernel_timeout); 0: none
   std::int64_t max_argument_bytes = 0;  // GPU memory of a job's buffers; 0: none
+  std::int64_t max_request_bytes = std::int64_t{16} << 20;  // a SubmitJob request
 };
 
 struct SchedulerOptions {

@@ -41,6 +41,16 @@ class CudaDeviceTest : public ::testing::Test {
   void SetUp() override {
     setenv("KTUNE_LOCK_DIR", tmp_.path().c_str(), 1);
     setenv("KTUNE_FAKE_WORKER", "64=hang,96=wrong,128=die,256=lose,512=fault", 1);
+    OpenDevice();
+  }
+  void TearDown() override {
+    unsetenv("KTUNE_FAKE_WORKER");
+    unsetenv("KTUNE_FAKE_COMPILE");
+    unsetenv("KTUNE_LOCK_DIR");
+  }
+
+  void OpenDevice(std::chrono::milliseconds compile_timeout = std::chrono::seconds(120)) {
+    device_.reset();
     const WorkerProgram fake{FAKE_WORKER_PATH};
     absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(fake);
     ASSERT_TRUE(gpus.ok()) << gpus.status();
@@ -48,40 +58,50 @@ class CudaDeviceTest : public ::testing::Test {
     CudaDeviceOptions o;
     o.program = fake;
     o.compile_workers = 2;
+    o.compile_timeout = compile_timeout;
     o.cache_dir = tmp_.File("cubin");
     o.watchdog_slack = std::chrono::milliseconds(100);
     absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open((*gpus)[0], o);
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *std::move(d);
   }
-  void TearDown() override {
-    unsetenv("KTUNE_FAKE_WORKER");
-    unsetenv("KTUNE_LOCK_DIR");
+
+  // Runs kSpec's job on the device; its measurements by configuration.
+  std::map<std::string, Measurement> RunJob(const std::string& db = "s.db") {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(kSpec, "fake.json");
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<Job> job = ResolveJob(*spec, tmp_.path());
+    EXPECT_TRUE(job.ok()) << job.status();
+    StrategyOptions so;
+    absl::StatusOr<std::unique_ptr<Strategy>> strategy =
+        MakeStrategy("brute_force", *job->space, so);
+    EXPECT_TRUE(strategy.ok());
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(tmp_.File(db), true);
+    EXPECT_TRUE(store.ok()) << store.status();
+    Session session(*job, *device_, **strategy, "brute_force");
+    absl::StatusOr<SessionResult> result = session.Run(**store);
+    EXPECT_TRUE(result.ok()) << result.status();
+    if (!result.ok()) return {};
+    EXPECT_EQ(result->job.state, JobState::kSucceeded);
+    absl::StatusOr<std::vector<StoredMeasurement>> stored =
+        (*store)->LoadMeasurements(result->job.id);
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    std::map<std::string, Measurement> by_key;
+    if (stored.ok()) {
+      for (const StoredMeasurement& m : *stored) by_key[m.key] = m.measurement;
+    }
+    return by_key;
   }
 
   testing::TempDir tmp_;
   std::unique_ptr<CudaDevice> device_;
 };
 
+// Fault matrix: a measurement worker killed mid-sample (and one that hangs,
+// answers out of step, loses its context) costs its candidate and a
+// restart; every other candidate is measured and stored.
 TEST_F(CudaDeviceTest, AWorkerThatFailsCostsItsCandidateAndTheJobGoesOn) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecJson(kSpec, "fake.json");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  absl::StatusOr<Job> job = ResolveJob(*spec, tmp_.path());
-  ASSERT_TRUE(job.ok()) << job.status();
-  StrategyOptions so;
-  absl::StatusOr<std::unique_ptr<Strategy>> strategy = MakeStrategy("brute_force", *job->space, so);
-  ASSERT_TRUE(strategy.ok());
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(tmp_.File("s.db"), true);
-  ASSERT_TRUE(store.ok()) << store.status();
-  Session session(*job, *device_, **strategy, "brute_force");
-  absl::StatusOr<SessionResult> result = session.Run(**store);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->job.state, JobState::kSucceeded);
-
-  absl::StatusOr<std::vector<StoredMeasurement>> stored = (*store)->LoadMeasurements(result->job.id);
-  ASSERT_TRUE(stored.ok()) << stored.status();
-  std::map<std::string, Measurement> by_key;
-  for (const StoredMeasurement& m : *stored) by_key[m.key] = m.measurement;
+  std::map<std::string, Measurement> by_key = RunJob();
   ASSERT_EQ(by_key.size(), 6u);
   EXPECT_TRUE(by_key["32"].ok());
   EXPECT_DOUBLE_EQ(by_key["32"].time.count(), 0.32);
@@ -99,7 +119,32 @@ TEST_F(CudaDeviceTest, AWorkerThatFailsCostsItsCandidateAndTheJobGoesOn) {
   // the lost context (each had a candidate after it); an ordinary fault
   // keeps its worker.
   EXPECT_EQ(device_->stats().worker_restarts, 4);
-  EXPECT_EQ(result->best->key, "32");
+}
+
+// Fault matrix: a compile worker killed mid-compile, and a compile that
+// hangs past its time limit, each cost their own candidate (a compile
+// error saying what happened); the pool starts a fresh compiler and the
+// job measures every other candidate.
+TEST_F(CudaDeviceTest, ACompilerKilledOrHungMidCompileCostsOnlyItsCandidate) {
+  setenv("KTUNE_FAKE_WORKER", "", 1);
+  setenv("KTUNE_FAKE_COMPILE", "64=die,128=hang", 1);
+  OpenDevice(std::chrono::seconds(5));
+  std::map<std::string, Measurement> by_key = RunJob();
+  ASSERT_EQ(by_key.size(), 6u);
+  EXPECT_EQ(by_key["64"].status, CandidateStatus::kCompileError);
+  EXPECT_THAT(by_key["64"].message, HasSubstr("the compiler process died (killed by signal 9"));
+  EXPECT_EQ(by_key["128"].status, CandidateStatus::kCompileError);
+  EXPECT_THAT(by_key["128"].message, HasSubstr("compilation stopped after its time limit of 5 s"));
+  for (const char* ok : {"32", "96", "256", "512"}) {
+    EXPECT_TRUE(by_key[ok].ok()) << ok << ": " << by_key[ok].message;
+  }
+  // Nothing cached from the failures (they may pass another time): a new
+  // job compiles them again, and now they pass.
+  unsetenv("KTUNE_FAKE_COMPILE");
+  OpenDevice();
+  by_key = RunJob("again.db");
+  EXPECT_TRUE(by_key["64"].ok()) << by_key["64"].message;
+  EXPECT_TRUE(by_key["128"].ok()) << by_key["128"].message;
 }
 
 TEST_F(CudaDeviceTest, TheFakeGpuIsListedAndSelected) {

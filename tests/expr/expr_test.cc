@@ -242,12 +242,40 @@ TEST_F(ExprTest, CompileAsChecksTheResultType) {
 }
 
 TEST_F(ExprTest, DeepNestingIsAnErrorNotACrash) {
-  const std::string deep = std::string(5000, '(') + "1" + std::string(5000, ')');
+  const std::string deep = std::string(1000, '(') + "1" + std::string(1000, ')');
   absl::StatusOr<Expr> e = Expr::Compile(deep, symbols_);
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("nested too deeply"));
   const std::string minus = std::string(5000, '-') + "1";
   EXPECT_FALSE(Expr::Compile(minus, symbols_).ok());
+}
+
+// A long chain `1 + 1 + ...` builds a tree as deep as the chain (found by
+// fuzzing: 20,000 terms overflowed the stack while compiling). Each link
+// counts as a level, for every left-associative operator and for and/or.
+TEST_F(ExprTest, LongChainsAreBoundedLikeNesting) {
+  auto chain = [](const std::string& op, int links) {
+    std::string text = "bx";
+    for (int i = 0; i < links; ++i) text += " " + op + " 1";
+    return text;
+  };
+  for (const std::string op : {"+", "*", "-", "//", "|", "&", "^", "<<", "and", "or"}) {
+    EXPECT_TRUE(Expr::Compile(chain(op, 150), symbols_).ok()) << op;
+    absl::StatusOr<Expr> e = Expr::Compile(chain(op, 1000), symbols_);
+    ASSERT_FALSE(e.ok()) << op;
+    EXPECT_THAT(std::string(e.status().message()),
+                HasSubstr("nested too deeply (more than 200 levels of parentheses, calls, "
+                          "operators or chained terms); split it into several"));
+  }
+  // A comparison chain is one flat node: long ones are fine.
+  std::string compare = "0";
+  for (int i = 0; i < 1000; ++i) compare += " <= bx";
+  EXPECT_TRUE(Expr::Compile(compare, symbols_).ok());
+  absl::StatusOr<Expr> too_long = Expr::Compile(std::string(10001, '1'), symbols_);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_THAT(std::string(too_long.status().message()),
+              HasSubstr("expression of 10001 characters; the limit is 10000 (split it into "
+                        "several)"));
 }
 
 TEST(SymbolTableTest, RejectsBadAndDuplicateNames) {

@@ -12,14 +12,21 @@
 //   fault  answers runtime_fault (an ordinary kernel fault)
 //
 // Any other candidate is ok, its samples all block.x / 100 ms. Compile
-// workers ("__worker compile") are the real one: NVRTC runs on any
-// machine.
+// workers ("__worker compile") are the real one (NVRTC runs on any
+// machine), except for the variants KTUNE_FAKE_COMPILE names by their
+// block_size_x:
+//
+//   KTUNE_FAKE_COMPILE="64=die,128=hang"
+//
+//   die    killed mid-compile (SIGKILL once the request is in)
+//   hang   never answers (until killed)
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ktune/v1/worker.pb.h"
@@ -29,9 +36,9 @@
 namespace ktune {
 namespace {
 
-std::map<std::uint32_t, std::string> Script() {
+std::map<std::uint32_t, std::string> Script(const char* variable = "KTUNE_FAKE_WORKER") {
   std::map<std::uint32_t, std::string> out;
-  const char* env = std::getenv("KTUNE_FAKE_WORKER");
+  const char* env = std::getenv(variable);
   std::string text = env != nullptr ? env : "";
   std::size_t at = 0;
   while (at < text.size()) {
@@ -113,13 +120,35 @@ int RunFakeMeasureWorker() {
   }
 }
 
+// The block_size_x a compile request defines (#define block_size_x N at
+// the top of its source), or 0.
+std::uint32_t BlockSizeX(const v1::CompileRequest& request) {
+  constexpr std::string_view kDefine = "#define block_size_x ";
+  const std::size_t at = request.source().find(kDefine);
+  if (at == std::string::npos) return 0;
+  return static_cast<std::uint32_t>(
+      std::strtoul(request.source().c_str() + at + kDefine.size(), nullptr, 10));
+}
+
+int RunFakeCompileWorker(const std::vector<std::string>& args) {
+  const std::map<std::uint32_t, std::string> script = Script("KTUNE_FAKE_COMPILE");
+  return RunCompileWorker(args, [&script](const v1::CompileRequest& request) {
+    auto it = script.find(BlockSizeX(request));
+    const std::string action = it != script.end() ? it->second : "";
+    if (action == "die") raise(SIGKILL);
+    if (action == "hang") {
+      while (true) pause();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace ktune
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() >= 2 && args[0] == "__worker" && args[1] == "compile") {
-    return ktune::RunCompileWorker({args.begin() + 2, args.end()});
+    return ktune::RunFakeCompileWorker({args.begin() + 2, args.end()});
   }
   if (args.size() >= 2 && args[0] == "__worker" && args[1] == "measure") {
     return ktune::RunFakeMeasureWorker();

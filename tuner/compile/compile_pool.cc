@@ -13,6 +13,19 @@
 #include "tuner/compile/nvrtc.h"
 #include "tuner/ipc/subprocess.h"
 
+// Built with AddressSanitizer or ThreadSanitizer (GCC and clang say so
+// differently).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define KTUNE_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define KTUNE_SANITIZED 1
+#endif
+#endif
+#ifndef KTUNE_SANITIZED
+#define KTUNE_SANITIZED 0
+#endif
+
 namespace ktune {
 
 std::string CompileCache::Key(const v1::CompileRequest& request, const std::string& nvrtc_version) {
@@ -215,7 +228,8 @@ void CompilePool::WorkerLoop(int index) {
   }
 }
 
-int RunCompileWorker(const std::vector<std::string>& args) {
+int RunCompileWorker(const std::vector<std::string>& args,
+                     const std::function<void(const v1::CompileRequest&)>& before_each) {
   DieWithParent();
   const bool warm = std::find(args.begin(), args.end(), "--warm") != args.end();
   for (std::size_t i = 0; i + 1 < args.size(); ++i) {
@@ -224,7 +238,7 @@ int RunCompileWorker(const std::vector<std::string>& args) {
       if (n > 0 && n <= 19) (void)setpriority(PRIO_PROCESS, 0, n);
     }
     if (args[i] == "--memory-limit") {
-#ifndef __SANITIZE_ADDRESS__  // AddressSanitizer reserves terabytes of address space
+#if !KTUNE_SANITIZED  // the sanitizers reserve terabytes of address space
       const rlim_t limit = std::strtoull(args[i + 1].c_str(), nullptr, 10);
       if (limit > 0) {
         rlimit rl{limit, limit};
@@ -248,6 +262,7 @@ int RunCompileWorker(const std::vector<std::string>& args) {
   while (true) {
     v1::CompileRequest request;
     if (!channel.Receive(&request).ok()) return 0;  // parent gone or done
+    if (before_each) before_each(request);
     v1::CompileResult result;
     if (!nvrtc.ok()) {
       result.set_id(request.id());

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -118,7 +119,10 @@ class CompilePool {
 // The compile worker's main loop: reads CompileRequests from the parent,
 // answers CompileResults. Flags: --memory-limit BYTES, --nice N, --warm
 // (compile a tiny kernel before the first request). Returns the exit code.
-int RunCompileWorker(const std::vector<std::string>& args);
+// `before_each`, when given, sees each request before it is compiled (a
+// test's fake worker dies or hangs there).
+int RunCompileWorker(const std::vector<std::string>& args,
+                     const std::function<void(const v1::CompileRequest&)>& before_each = {});
 
 }  // namespace ktune
 

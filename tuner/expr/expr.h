@@ -20,6 +20,7 @@
 #ifndef KTUNE_TUNER_EXPR_EXPR_H_
 #define KTUNE_TUNER_EXPR_EXPR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -107,6 +108,11 @@ struct EvalError {
   EvalErrorKind kind = EvalErrorKind::kNone;
   int position = 0;  // offset in the expression text
 };
+
+// Limits on an expression's text: its length, and how deeply it nests
+// (parentheses, calls, operators, each link of a chain `a + b + c`).
+inline constexpr std::size_t kMaxExpressionChars = 10000;
+inline constexpr int kMaxExpressionDepth = 200;
 
 // A compiled expression. Immutable after Compile; Evaluate may be called
 // from many threads at once. Cheap to move, copyable.

@@ -19,8 +19,10 @@ class Compiler {
       : text_(text), symbols_(symbols), lexer_(text) {}
 
   absl::StatusOr<NodePtr> Parse() {
-    if (text_.size() > 100000) {
-      return absl::InvalidArgumentError("expression longer than 100000 characters");
+    if (text_.size() > kMaxExpressionChars) {
+      return absl::InvalidArgumentError(StrCat("expression of ", text_.size(),
+                                               " characters; the limit is ", kMaxExpressionChars,
+                                               " (split it into several)"));
     }
     if (!Advance()) return error_;
     NodePtr n = ParseTernary();
@@ -33,7 +35,7 @@ class Compiler {
   }
 
  private:
-  static constexpr int kMaxDepth = 200;
+  static constexpr int kMaxDepth = kMaxExpressionDepth;
 
   bool Fail(int pos, int len, std::string_view what) {
     if (error_.ok()) {
@@ -90,7 +92,10 @@ class Compiler {
 
   bool Enter() {
     if (++depth_ > kMaxDepth) {
-      return Fail(tok_.pos, tok_.len, "expression nested too deeply");
+      return Fail(tok_.pos, tok_.len,
+                  StrCat("expression nested too deeply (more than ", kMaxDepth,
+                         " levels of parentheses, calls, operators or chained terms); "
+                         "split it into several"));
     }
     return true;
   }
@@ -161,25 +166,36 @@ class Compiler {
     return n;
   }
 
+  // A chain `a op b op c ...` builds a tree as deep as it is long: each
+  // link counts as a level of nesting (compiling and evaluating recurse
+  // over the tree).
   NodePtr ParseOr() {
     NodePtr left = ParseAnd();
+    int links = 0;
     while (left && (tok_.kind == Tok::kOr || tok_.kind == Tok::kOrOr)) {
+      if (!Enter()) return nullptr;
+      ++links;
       if (!Advance()) return nullptr;
       NodePtr right = ParseAnd();
       if (!right) return nullptr;
       left = MakeLogical(Node::Kind::kOr, std::move(left), std::move(right));
     }
+    depth_ -= links;
     return left;
   }
 
   NodePtr ParseAnd() {
     NodePtr left = ParseNot();
+    int links = 0;
     while (left && (tok_.kind == Tok::kAnd || tok_.kind == Tok::kAndAnd)) {
+      if (!Enter()) return nullptr;
+      ++links;
       if (!Advance()) return nullptr;
       NodePtr right = ParseNot();
       if (!right) return nullptr;
       left = MakeLogical(Node::Kind::kAnd, std::move(left), std::move(right));
     }
+    depth_ -= links;
     return left;
   }
 
@@ -304,10 +320,13 @@ class Compiler {
   template <typename Next>
   NodePtr ParseLeftAssoc(Next next, std::initializer_list<std::tuple<Tok, Op, Op, bool>> ops) {
     NodePtr left = (this->*next)();
+    int links = 0;  // see ParseOr
     while (left) {
       const auto it = std::find_if(ops.begin(), ops.end(),
                                    [&](const auto& o) { return std::get<0>(o) == tok_.kind; });
       if (it == ops.end()) break;
+      if (!Enter()) return nullptr;
+      ++links;
       const int op_pos = tok_.pos;
       const int op_len = tok_.len;
       const std::string op_text(tok_.text);
@@ -317,6 +336,7 @@ class Compiler {
       left = MakeArith(std::move(left), std::move(right), std::get<1>(*it), std::get<2>(*it),
                        std::get<3>(*it), op_pos, op_len, op_text);
     }
+    depth_ -= links;
     return left;
   }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -40,7 +41,8 @@ absl::Status MessageChannel::Send(const google::protobuf::MessageLite& message) 
   const std::size_t size = message.ByteSizeLong();
   if (size > kMaxMessageBytes) return absl::InvalidArgumentError("message too large");
   bytes.resize(4 + size);
-  for (int i = 0; i < 4; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<char>(size >> (8 * i));
+  for (int i = 0; i < 4; ++i)
+    bytes[static_cast<std::size_t>(i)] = static_cast<char>(size >> (8 * i));
   if (!message.SerializeToArray(bytes.data() + 4, static_cast<int>(size))) {
     return absl::InternalError("serialising a message failed");
   }
@@ -95,8 +97,17 @@ absl::Status MessageChannel::Receive(google::protobuf::MessageLite* message,
     size |= static_cast<std::size_t>(static_cast<unsigned char>(header[i])) << (8 * i);
   }
   if (size > kMaxMessageBytes) return absl::DataLossError("message length out of range");
-  std::string bytes(size, '\0');
-  if (absl::Status s = ReadExactly(bytes.data(), size, deadline); !s.ok()) return s;
+  // Grown as the bytes arrive: a length the peer never sends costs no
+  // more memory than what it did send.
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  std::string bytes;
+  while (bytes.size() < size) {
+    const std::size_t have = bytes.size();
+    bytes.resize(have + std::min(kChunk, size - have));
+    if (absl::Status s = ReadExactly(bytes.data() + have, bytes.size() - have, deadline); !s.ok()) {
+      return s;
+    }
+  }
   if (!message->ParseFromString(bytes)) return absl::DataLossError("message does not parse");
   return absl::OkStatus();
 }

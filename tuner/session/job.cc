@@ -15,6 +15,7 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/session/spec_json.h"
+#include "tuner/session/spec_limits.h"
 
 namespace ktune {
 namespace {
@@ -273,7 +274,8 @@ std::string JoinPath(const std::string& dir, const std::string& path) {
 absl::StatusOr<v1::JobSpec> ParseJobSpecJson(std::string_view text,
                                              const std::string& source_name) {
   if (text.size() > kMaxSpecBytes) {
-    return Invalid(StrCat(source_name, ": larger than ", kMaxSpecBytes, " bytes"));
+    return Invalid(StrCat(source_name, ": ", text.size(), " bytes; the limit of a job file is ",
+                          kMaxSpecBytes >> 20, " MiB (a fixed limit of ktune's job files)"));
   }
   // Our own parser first: it reports line and column for syntax errors.
   absl::StatusOr<Json> doc = ParseJson(text);
@@ -379,6 +381,7 @@ std::optional<double> Objective::Loss(const Config& config, double time_ms) cons
 }
 
 absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_dir) {
+  KTUNE_RETURN_IF_ERROR(CheckSpecLimits(spec));
   Job job;
   job.spec = spec;
   job.base_dir = base_dir;

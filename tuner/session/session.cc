@@ -66,10 +66,17 @@ class Session::Running {
   absl::StatusOr<SessionResult> Run();
 
  private:
-  // Records why the job failed (if the store still works) and passes the
-  // error on.
+  // Records why the job stopped (if the store still works) and passes the
+  // error on. A store that could not take a write (disk full, lock held,
+  // read-only) leaves the job interrupted: run again, it resumes.
   absl::Status Fail(const absl::Status& s) {
-    (void)store_.SetJobState(s_.job_id_, JobState::kFailed, std::string(s.message()));
+    (void)store_.SetJobState(s_.job_id_, store_fault_ ? JobState::kInterrupted : JobState::kFailed,
+                             std::string(s.message()));
+    return s;
+  }
+  // A write to the store; a failure marks the store at fault.
+  absl::Status Stored(absl::Status s) {
+    if (!s.ok()) store_fault_ = true;
     return s;
   }
   absl::Status Start();
@@ -110,6 +117,7 @@ class Session::Running {
   // Ok measurements of this run by loss, for the final contenders.
   std::vector<std::pair<double, Config>> ranked_;
   bool interrupted_ = false;
+  bool store_fault_ = false;  // a write to the store failed
   // Configurations asked but not yet evaluated. The device may want several
   // in flight (compiling while the GPU measures); the strategy is asked in
   // whole batches, so with a depth of one batch this is plain ask/tell.
@@ -219,7 +227,7 @@ absl::Status Session::Running::Evaluate(const Config& config) {
     }
     record.measurement = std::move(m);
     record.measured_at = NowIso8601();
-    KTUNE_RETURN_IF_ERROR(store_.AddMeasurement(s_.job_id_, record));
+    KTUNE_RETURN_IF_ERROR(Stored(store_.AddMeasurement(s_.job_id_, record)));
     new_cost_ += record.measurement.cost;
     fresh = true;
   }
@@ -288,7 +296,7 @@ absl::Status Session::Running::FinalRound() {
       record.loss = s_.job_.objective.Loss(contenders[i], m.time.count());
       record.measurement = std::move(m);
     }
-    KTUNE_RETURN_IF_ERROR(store_.UpdateMeasurement(s_.job_id_, record));
+    KTUNE_RETURN_IF_ERROR(Stored(store_.UpdateMeasurement(s_.job_id_, record)));
     if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
       best_loss_ = *record.loss;
       progress.best_time_ms = record.measurement.time.count();
@@ -298,7 +306,7 @@ absl::Status Session::Running::FinalRound() {
     }
     if (options_.on_measurement) options_.on_measurement(record);
   }
-  KTUNE_RETURN_IF_ERROR(store_.RefreshBest(s_.job_id_));
+  KTUNE_RETURN_IF_ERROR(Stored(store_.RefreshBest(s_.job_id_)));
   if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
   return absl::OkStatus();
 }

@@ -76,7 +76,6 @@ absl::StatusOr<std::string> CopyRowsSql(sqlite::Db& db, const std::string& table
 absl::StatusOr<MergeSource> MergeSource::Prepare(const std::string& path) {
   absl::StatusOr<sqlite::Db> from = sqlite::Db::OpenReadOnly(path);
   if (!from.ok()) return from.status();
-  sqlite3_busy_timeout(from->get(), 5000);
   std::string dir = "/tmp";
   if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') dir = t;
   std::string copy = StrCat(dir, "/ktune-merge-XXXXXX");

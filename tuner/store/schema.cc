@@ -1,9 +1,13 @@
 #include "tuner/store/schema.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
 #include <chrono>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -116,13 +120,45 @@ ALTER TABLE jobs ADD COLUMN runner TEXT NOT NULL DEFAULT '';
 
 std::span<const Migration> SchemaMigrations() { return kMigrations; }
 
+namespace {
+
+// Whether `path` is an existing file on a file system mounted read-only.
+bool OnReadOnlyFileSystem(const std::string& path) {
+  struct stat st;
+  struct statvfs vfs;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && statvfs(path.c_str(), &vfs) == 0 &&
+         (vfs.f_flag & ST_RDONLY) != 0;
+}
+
+// Opens a store that cannot change: one on a read-only file system is read
+// as it is (SQLite's write-ahead log needs a writable folder), unless its
+// log still holds changes, which reading it that way would miss.
+absl::StatusOr<sqlite::Db> OpenOnReadOnlyFileSystem(const std::string& path) {
+  struct stat wal;
+  if (stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    return absl::FailedPreconditionError(
+        StrCat(path,
+               ": the store is on a read-only file system with changes still in its "
+               "write-ahead log (",
+               path,
+               "-wal), so it cannot be read whole here. Open it "
+               "once where it can be written (e.g. ktune jobs --db ",
+               path, ") to fold them in; nothing was changed"));
+  }
+  return sqlite::Db::OpenImmutable(path);
+}
+
+}  // namespace
+
 absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
                                         std::span<const Migration> migrations, int* version_out) {
-  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path, create);
+  const bool read_only_fs = OnReadOnlyFileSystem(path);
+  absl::StatusOr<sqlite::Db> db =
+      read_only_fs ? OpenOnReadOnlyFileSystem(path) : sqlite::Db::Open(path, create);
   if (!db.ok()) return db.status();
   sqlite::Db& d = *db;
-  sqlite3_busy_timeout(d.get(), 5000);
   auto with_path = [&](const absl::Status& s) {
+    if (absl::StartsWith(s.message(), path + ":")) return s;
     return absl::Status(s.code(), StrCat(path, ": ", s.message()));
   };
   // The first read tells whether this is SQLite at all.
@@ -154,6 +190,17 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
     return absl::FailedPreconditionError(StrCat(path, ": schema version ", version,
                                                 " is newer than this ktune knows (", latest,
                                                 "); use a newer ktune. Nothing was changed."));
+  }
+  if (read_only_fs) {
+    // Read as it is: writes fail, saying the store cannot be written.
+    if (version < latest) {
+      return absl::FailedPreconditionError(
+          StrCat(path, ": schema version ", version, " needs migrating to ", latest,
+                 ", but the store is on a read-only file system; copy it somewhere writable "
+                 "(nothing was changed)"));
+    }
+    if (version_out != nullptr) *version_out = version;
+    return db;
   }
   // Switching a new file to WAL needs it alone: while another connection
   // creates the same file SQLite may answer busy at once, without waiting

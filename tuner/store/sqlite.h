@@ -6,6 +6,7 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,6 +32,21 @@ class Statement;
 // the statement that found it, say nothing a user can act on.)
 absl::Status NotASqliteDatabase(const std::string& path);
 
+// How long a connection waits for another connection's lock on the store
+// before its statement fails (UNAVAILABLE, naming the wait). A wait past
+// a second is told, once, to the notice set here (by ktune and ktuned: a
+// line on stderr; nothing by default).
+inline constexpr std::chrono::seconds kLockWait{120};
+using LockWaitNotice = void (*)(const std::string& message);
+void SetLockWaitNotice(LockWaitNotice notice);
+
+// The status for SQLite result code `rc` met while `what` ran on the
+// database at `path`: the conditions a user can act on (disk full, store
+// read-only, lock held too long, I/O error) in words that say what to do;
+// any other with SQLite's own words. `detail` is SQLite's message.
+absl::Status StatusFor(std::string_view path, std::string_view what, int rc,
+                       std::string_view detail);
+
 // An open connection. Move-only; not thread-safe.
 class Db {
  public:
@@ -39,9 +55,14 @@ class Db {
   static absl::StatusOr<Db> Open(const std::string& path, bool create);
   // Opens an existing database for reading only.
   static absl::StatusOr<Db> OpenReadOnly(const std::string& path);
+  // Opens an existing database that nothing can change while it is open
+  // (one on a read-only file system): read-only, without locks or the
+  // write-ahead log's shared memory, which such a file system cannot hold.
+  static absl::StatusOr<Db> OpenImmutable(const std::string& path);
 
-  Db(Db&&) noexcept = default;
-  Db& operator=(Db&&) noexcept = default;
+  Db(Db&&) noexcept;
+  Db& operator=(Db&&) noexcept;
+  ~Db();
 
   sqlite3* get() const { return db_.get(); }
 
@@ -54,9 +75,12 @@ class Db {
   absl::Status Error(std::string_view what, int rc) const;
 
  private:
-  explicit Db(sqlite3* db) : db_(db) {}
-  // Open and OpenReadOnly: sqlite3_open_v2 with `flags`.
-  static absl::StatusOr<Db> OpenWith(const std::string& path, int flags);
+  struct LockWaiter;
+  explicit Db(sqlite3* db);
+  // Open and OpenReadOnly: sqlite3_open_v2 with `flags`; `name` is the
+  // path or a file: URI.
+  static absl::StatusOr<Db> OpenWith(const std::string& path, const std::string& name, int flags);
+  std::unique_ptr<LockWaiter> waiter_;  // the busy handler's state
   std::unique_ptr<sqlite3, DbCloser> db_;
 };
 
