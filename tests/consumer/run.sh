@@ -9,7 +9,12 @@ src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
-cmake -S "$src/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+# The consumer is built as ktune was (a sanitizer build's library needs its
+# runtime in the program that loads it).
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+cmake -S "$src/tests/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DCMAKE_CXX_COMPILER="$(cache_value CMAKE_CXX_COMPILER)" \
+  -DCMAKE_CXX_FLAGS="$(cache_value CMAKE_CXX_FLAGS)" >/dev/null
 cmake --build "$work/build" >/dev/null
 "$work/prefix/bin/ktune" tune --local --max-evals 30 --db "$work/k.db" \
   --device "sim:$src/kernels/recorded/convolution_milo_A100.json.gz" >/dev/null 2>&1

@@ -45,7 +45,8 @@ std::map<std::string, std::size_t> Counts(const std::string& db) {
 // Fault matrix: `ktune merge` into a running daemon's store, SIGKILLed at
 // moments spread over its run. Each time the target holds all of the
 // source or none of it (one transaction), the source is untouched, and
-// the daemon keeps answering; a last merge then completes.
+// the daemon keeps answering; a last merge then completes although the
+// daemon is SIGKILLed during it.
 TEST_F(DaemonTest, AMergeKilledPartWayLeavesAllOrNothing) {
   const std::string source = File("node.db");
   for (const auto& [device, seed] : {std::pair{kConv, 1}, std::pair{kPnpoly, 2}}) {
@@ -93,9 +94,13 @@ TEST_F(DaemonTest, AMergeKilledPartWayLeavesAllOrNothing) {
   EXPECT_GT(killed, 0) << "every merge ended before its kill";
   const RunResult done = Cli({"jobs"});
   ASSERT_EQ(done.code, 0) << done.err;
+  // The daemon itself SIGKILLed while the last merge runs: the merge
+  // completes, and the daemon started again serves what it added.
   const pid_t last =
       Spawn(KTUNE_CLI_PATH, {"merge", source, "--db", Db()}, File("merge.out"), File("merge.err"));
+  EXPECT_EQ(Stop(SIGKILL), 128 + SIGKILL);
   ASSERT_EQ(Wait(last), 0) << Slurp(File("merge.err"));
+  ASSERT_TRUE(StartDaemon({"--device", kConv}));
   const std::map<std::string, std::size_t> merged = Counts(Db());
   for (const auto& [id, n] : wanted) EXPECT_EQ(merged.at(id), n) << id;
   EXPECT_EQ(Slurp(source), source_bytes);

@@ -126,6 +126,7 @@ TEST_F(CudaDeviceTest, AWorkerThatFailsCostsItsCandidateAndTheJobGoesOn) {
 // error saying what happened); the pool starts a fresh compiler and the
 // job measures every other candidate.
 TEST_F(CudaDeviceTest, ACompilerKilledOrHungMidCompileCostsOnlyItsCandidate) {
+  device_.reset();  // the fixture's device, and its compilers, stop first
   setenv("KTUNE_FAKE_WORKER", "", 1);
   setenv("KTUNE_FAKE_COMPILE", "64=die,128=hang", 1);
   OpenDevice(std::chrono::seconds(5));
@@ -140,6 +141,7 @@ TEST_F(CudaDeviceTest, ACompilerKilledOrHungMidCompileCostsOnlyItsCandidate) {
   }
   // Nothing cached from the failures (they may pass another time): a new
   // job compiles them again, and now they pass.
+  device_.reset();  // its compilers stopped before the environment changes
   unsetenv("KTUNE_FAKE_COMPILE");
   OpenDevice();
   by_key = RunJob("again.db");
