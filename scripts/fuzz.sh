@@ -18,10 +18,15 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizer/lsan.supp}
 failed=()
 printf '%-20s %10s %8s %10s %8s\n' target executions seeds corpus seconds
-for corpus in fuzz/corpus/*/; do
-  target=$(basename "$corpus")_fuzz
+# Every target fuzz/CMakeLists.txt builds, each with its corpus: a target
+# without seeds fails rather than being skipped.
+targets=$(sed -n 's/^ktune_fuzz(\([a-z_]*\) .*/\1/p' fuzz/CMakeLists.txt)
+[ -n "$targets" ] || { echo "fuzz: no targets in fuzz/CMakeLists.txt" >&2; exit 1; }
+for target in $targets; do
+  corpus=fuzz/corpus/${target%_fuzz}
   binary=$build/fuzz/$target
   [ -x "$binary" ] || { echo "fuzz: $binary not built (cmake --build --preset asan)" >&2; exit 1; }
+  [ -n "$(ls -A "$corpus" 2>/dev/null)" ] || { echo "fuzz: $target has no seeds in $corpus" >&2; exit 1; }
   mkdir -p "$scratch/$target"
   seeds=$(find "$corpus" -type f | wc -l)
   start=$(date +%s)
