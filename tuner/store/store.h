@@ -78,7 +78,6 @@ struct PriorMeasurement {
   std::optional<double> loss;  // when ok
 };
 
-
 class MergeSource;  // store/merge.h
 
 // What a merge added.
@@ -135,8 +134,7 @@ class Store {
   // conditions, message) of a configuration already measured in this job,
   // keeping its sequence: used for the final contenders' re-measurement.
   // NOT_FOUND if it was never measured. Call RefreshBest afterwards.
-  virtual absl::Status UpdateMeasurement(const std::string& job_id,
-                                         const StoredMeasurement& m) = 0;
+  virtual absl::Status UpdateMeasurement(const std::string& job_id, const StoredMeasurement& m) = 0;
 
   // Recomputes the best record of the job's kernel, device, problem and
   // objective from every stored measurement.
