@@ -7,7 +7,6 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -157,10 +156,7 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
       read_only_fs ? OpenOnReadOnlyFileSystem(path) : sqlite::Db::Open(path, create);
   if (!db.ok()) return db.status();
   sqlite::Db& d = *db;
-  auto with_path = [&](const absl::Status& s) {
-    if (absl::StartsWith(s.message(), path + ":")) return s;
-    return absl::Status(s.code(), StrCat(path, ": ", s.message()));
-  };
+  // Errors below come from sqlite::Db and Statement, which name the file.
   // The first read tells whether this is SQLite at all.
   int version = 0;
   {
@@ -170,12 +166,12 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
         "(SELECT count(*) FROM sqlite_schema)");
     if (!q.ok()) {
       return q.status().code() == absl::StatusCode::kDataLoss ? sqlite::NotASqliteDatabase(path)
-                                                              : with_path(q.status());
+                                                              : q.status();
     }
     absl::StatusOr<bool> row = q->Step();
     if (!row.ok()) {
       return row.status().code() == absl::StatusCode::kDataLoss ? sqlite::NotASqliteDatabase(path)
-                                                                : with_path(row.status());
+                                                                : row.status();
     }
     const std::int64_t app_id = q->Int(0);
     version = static_cast<int>(q->Int(1));
@@ -208,37 +204,37 @@ absl::StatusOr<sqlite::Db> OpenMigrated(const std::string& path, bool create,
   for (int attempt = 0;; ++attempt) {
     absl::Status s = d.Exec("PRAGMA journal_mode=WAL");
     if (s.ok()) break;
-    if (s.code() != absl::StatusCode::kUnavailable || attempt >= 500) return with_path(s);
+    if (s.code() != absl::StatusCode::kUnavailable || attempt >= 500) return s;
     std::this_thread::sleep_for(std::chrono::milliseconds(1 + attempt % 10));
   }
-  if (absl::Status s = d.Exec("PRAGMA foreign_keys=ON"); !s.ok()) return with_path(s);
-  if (absl::Status s = d.Exec("PRAGMA synchronous=NORMAL"); !s.ok()) return with_path(s);
+  if (absl::Status s = d.Exec("PRAGMA foreign_keys=ON"); !s.ok()) return s;
+  if (absl::Status s = d.Exec("PRAGMA synchronous=NORMAL"); !s.ok()) return s;
   if (version < latest) {
     // Another process may be opening the same new file: the version read
     // above is only a hint. Under the write lock, read it again and apply
     // what is still missing, all or nothing.
     absl::StatusOr<sqlite::Transaction> tx = sqlite::Transaction::Begin(d);
-    if (!tx.ok()) return with_path(tx.status());
+    if (!tx.ok()) return tx.status();
     {
       absl::StatusOr<sqlite::Statement> q =
           d.Prepare("SELECT user_version FROM pragma_user_version");
-      if (!q.ok()) return with_path(q.status());
+      if (!q.ok()) return q.status();
       absl::StatusOr<bool> row = q->Step();
-      if (!row.ok()) return with_path(row.status());
+      if (!row.ok()) return row.status();
       version = static_cast<int>(q->Int(0));
     }
     for (const Migration& m : migrations) {
       if (m.version <= version) continue;
       if (absl::Status s = d.Exec(m.sql); !s.ok()) {
-        return with_path(absl::Status(
-            s.code(), StrCat("migration to schema version ", m.version, ": ", s.message())));
+        return absl::Status(s.code(),
+                            StrCat("migration to schema version ", m.version, ": ", s.message()));
       }
       absl::Status s = d.Exec(StrCat("PRAGMA user_version = ", m.version));
       if (s.ok()) s = d.Exec(StrCat("PRAGMA application_id = ", kApplicationId));
-      if (!s.ok()) return with_path(s);
+      if (!s.ok()) return s;
       version = m.version;
     }
-    if (absl::Status s = tx->Commit(); !s.ok()) return with_path(s);
+    if (absl::Status s = tx->Commit(); !s.ok()) return s;
   }
   if (version_out != nullptr) *version_out = version;
   return db;

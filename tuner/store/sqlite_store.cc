@@ -80,9 +80,8 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string
   std::unique_ptr<SqliteStore> store(new SqliteStore(*std::move(db)));
   store->path_ = path;
   store->schema_version_ = version;
-  if (absl::Status s = store->PrepareStatements(); !s.ok()) {
-    return absl::Status(s.code(), StrCat(path, ": ", s.message()));
-  }
+  // Its errors name the file (sqlite::Db does).
+  KTUNE_RETURN_IF_ERROR(store->PrepareStatements());
   return store;
 }
 
