@@ -40,9 +40,11 @@ ktune::Scheduler& TheScheduler() {
   return *scheduler;
 }
 
-template <typename Request>
-bool Parse(const std::uint8_t* data, std::size_t size, Request* request) {
-  return request->ParseFromArray(data, static_cast<int>(size));
+// Parses the bytes as a Request and, when they parse, hands it to `call`.
+template <typename Request, typename Call>
+void Handle(const std::uint8_t* data, std::size_t size, Call call) {
+  Request request;
+  if (request.ParseFromArray(data, static_cast<int>(size))) call(request);
 }
 
 }  // namespace
@@ -55,41 +57,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ++data;
   --size;
   switch (call) {
-    case 0: {
-      v1::SubmitJobRequest req;
-      if (!Parse(data, size, &req)) return 0;
-      absl::StatusOr<v1::SubmitJobResponse> resp = scheduler.Submit(req);
-      if (resp.ok()) {
+    case 0:
+      Handle<v1::SubmitJobRequest>(data, size, [&](const v1::SubmitJobRequest& r) {
+        absl::StatusOr<v1::SubmitJobResponse> resp = scheduler.Submit(r);
+        if (!resp.ok()) return;
         v1::CancelJobRequest cancel;
         cancel.set_job_id(resp->job_id());
         (void)scheduler.Cancel(cancel);
-      }
+      });
       break;
-    }
-    case 1: {
-      v1::GetBestRequest req;
-      if (!Parse(data, size, &req)) return 0;
-      (void)scheduler.GetBest(req);
+    case 1:
+      Handle<v1::GetBestRequest>(data, size, [&](const auto& r) { (void)scheduler.GetBest(r); });
       break;
-    }
-    case 2: {
-      v1::GetJobRequest req;
-      if (!Parse(data, size, &req)) return 0;
-      (void)scheduler.GetJob(req);
+    case 2:
+      Handle<v1::GetJobRequest>(data, size, [&](const auto& r) { (void)scheduler.GetJob(r); });
       break;
-    }
-    case 3: {
-      v1::ListJobsRequest req;
-      if (!Parse(data, size, &req)) return 0;
-      (void)scheduler.ListJobs(req);
+    case 3:
+      Handle<v1::ListJobsRequest>(data, size, [&](const auto& r) { (void)scheduler.ListJobs(r); });
       break;
-    }
-    default: {
-      v1::CancelJobRequest req;
-      if (!Parse(data, size, &req)) return 0;
-      (void)scheduler.Cancel(req);
+    default:
+      Handle<v1::CancelJobRequest>(data, size, [&](const auto& r) { (void)scheduler.Cancel(r); });
       break;
-    }
   }
   return 0;
 }
