@@ -12,7 +12,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libsqlite3-dev zlib1g-dev libeigen3-dev
   libgtest-dev libgmock-dev openssl python3-grpcio python3-protobuf python3-yaml shellcheck
-  clang-tidy clang libclang-rt-dev python3 git libfaketime
+  clang-tidy clang libclang-rt-dev python3 git libfaketime libpq-dev postgresql
 )
 
 missing=()

@@ -578,3 +578,64 @@ TEST_P(StoreContractTest, MergeRefusesAJobRunningHereAndChangesNothing) {
 
 }  // namespace
 }  // namespace ktune
+
+namespace ktune {
+namespace {
+
+TEST_P(StoreContractTest, ASnapshotIsASqliteStoreHoldingEverything) {
+  std::unique_ptr<Store> s = Open();
+  JobRecord a = MakeJob("jobA");
+  a.spec = std::string("\x00\xff\x01\n\t\\", 6);  // any bytes survive
+  a.priority = 7;
+  ASSERT_TRUE(s->StartJob(a, nullptr).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("jobB", "GPU-2"), nullptr).ok());
+  StoredMeasurement odd = Ok(0, "128,1", 2.5);
+  odd.measurement.message = "tab\there\nnewline \\ backslash";
+  odd.measurement.samples_ms = {2.25, 2.5, 2.75};
+  ASSERT_TRUE(s->AddMeasurement("jobA", odd).ok());
+  StoredMeasurement failed;
+  failed.sequence = 1;
+  failed.key = "256,4";
+  failed.config_json = "{}";
+  failed.measurement.status = CandidateStatus::kTimeout;
+  ASSERT_TRUE(s->AddMeasurement("jobA", failed).ok());
+  ASSERT_TRUE(s->AddMeasurement("jobB", Ok(0, "64,2", 9.0)).ok());
+  ASSERT_TRUE(s->SetJobState("jobA", JobState::kSucceeded, "done").ok());
+
+  const std::string path = tmp_.File("snapshot.db");
+  ASSERT_TRUE(s->Snapshot(path).ok());
+  std::unique_ptr<Store> copy = OpenSqlite(path);
+  ASSERT_NE(copy, nullptr);
+  ASSERT_TRUE(copy->CheckIntegrity().ok());
+  ASSERT_EQ(copy->ListJobs()->size(), 2u);
+  for (const char* id : {"jobA", "jobB"}) {
+    absl::StatusOr<JobRecord> want = s->GetJob(id);
+    absl::StatusOr<JobRecord> got = copy->GetJob(id);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->spec, want->spec);
+    EXPECT_EQ(got->state, want->state);
+    EXPECT_EQ(got->message, want->message);
+    EXPECT_EQ(got->priority, want->priority);
+    EXPECT_EQ(got->created_at, want->created_at);
+    EXPECT_EQ(got->evaluations, want->evaluations);
+    EXPECT_EQ(got->device.uuid, want->device.uuid);
+    std::vector<StoredMeasurement> wm = *s->LoadMeasurements(id);
+    std::vector<StoredMeasurement> gm = *copy->LoadMeasurements(id);
+    ASSERT_EQ(gm.size(), wm.size());
+    for (std::size_t i = 0; i < gm.size(); ++i) {
+      EXPECT_EQ(gm[i].key, wm[i].key);
+      EXPECT_EQ(gm[i].measurement.status, wm[i].measurement.status);
+      EXPECT_EQ(gm[i].measurement.message, wm[i].measurement.message);
+      EXPECT_EQ(gm[i].measurement.samples_ms, wm[i].measurement.samples_ms);
+      EXPECT_EQ(gm[i].loss, wm[i].loss);
+    }
+  }
+  ASSERT_EQ(copy->FindBest("saxpy", std::nullopt, std::nullopt, std::nullopt)->size(), 2u);
+  // An existing file is never overwritten.
+  absl::Status again = s->Snapshot(path);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(copy->ListJobs()->size(), 2u);
+}
+
+}  // namespace
+}  // namespace ktune

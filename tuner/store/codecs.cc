@@ -66,7 +66,8 @@ absl::StatusOr<std::vector<double>> SamplesFromJson(const std::string& text) {
   std::vector<double> out;
   absl::StatusOr<Json> j = ParseJson(text);
   if (!j.ok() || !j->is_array()) {
-    return absl::DataLossError(StrCat("stored samples are not a JSON array: ", text.substr(0, 200)));
+    return absl::DataLossError(
+        StrCat("stored samples are not a JSON array: ", text.substr(0, 200)));
   }
   for (const Json& v : j->as_array()) {
     if (v.is_number()) out.push_back(v.as_double());  // a non-finite one was written as null

@@ -1,7 +1,10 @@
 #include "tuner/store/sqlite_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -11,36 +14,14 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/codecs.h"
+#include "tuner/store/rows.h"
 #include "tuner/store/schema.h"
 
 namespace ktune {
 
 namespace {
 
-constexpr const char* kJobColumns = R"sql(
-SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,
-       d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,
-       d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,
-       j.objective, j.state, j.message, j.evaluations, j.created_at,
-       j.updated_at, j.origin, j.priority, j.runner
-FROM jobs j JOIN kernels k ON k.id = j.kernel_id
-            JOIN devices d ON d.id = j.device_id)sql";
-
-// The device columns, selected in this order from `first` on: d.locator,
-// d.name, d.architecture, d.uuid, d.memory_bytes, d.driver,
-// d.multiprocessors, d.simulated.
-DeviceInfo ReadDevice(const sqlite::Statement& s, int first) {
-  DeviceInfo d;
-  d.id = s.Text(first);
-  d.name = s.Text(first + 1);
-  d.architecture = s.Text(first + 2);
-  d.uuid = s.Text(first + 3);
-  d.memory_bytes = s.Int(first + 4);
-  d.driver = s.Text(first + 5);
-  d.multiprocessors = static_cast<int>(s.Int(first + 6));
-  d.simulated = s.Int(first + 7) != 0;
-  return d;
-}
+constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("");
 
 std::optional<double> FiniteOrNull(double v) {
   if (std::isfinite(v)) return v;
@@ -164,9 +145,7 @@ ON CONFLICT (kernel_id, device_id, problem, objective) DO UPDATE SET
   updated_at = excluded.updated_at
 WHERE excluded.loss < best.loss)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->load_measurements, R"sql(
-SELECT seq, config_key, config, status, time_ms, objective, loss, median_ms,
-       mean_ms, min_ms, max_ms, q1_ms, q3_ms, stddev_ms, samples, compile_ms,
-       cost_ms, message, measured_at, conditions, samples_ms
+SELECT )sql" + std::string(rows::kMeasurementColumns) + R"sql(
 FROM measurements WHERE job_id = ?1 ORDER BY seq)sql"));
   stmts_ = std::move(st);
   return absl::OkStatus();
@@ -208,42 +187,7 @@ absl::StatusOr<std::int64_t> SqliteStore::UpsertKernel(const JobRecord& job) {
   return id;
 }
 
-absl::StatusOr<JobRecord> SqliteStore::ReadJob(sqlite::Statement& s) {
-  JobRecord j;
-  j.id = s.Text(0);
-  j.kernel_name = s.Text(1);
-  j.source_hash = s.Text(2);
-  const std::string params = s.Text(3);
-  if (!params.empty()) j.parameters = StrSplit(params, ',');
-  j.device = ReadDevice(s, 4);
-  KTUNE_ASSIGN_OR_RETURN(j.problem, ProblemFromJson(s.Text(12)));
-  j.spec = s.Blob(13);
-  j.spec_json = s.Text(14);
-  j.strategy = s.Text(15);
-  j.seed = static_cast<std::uint64_t>(s.Int(16));
-  j.objective = s.Text(17);
-  std::optional<JobState> state = ParseJobState(s.Text(18));
-  if (!state) return absl::DataLossError(StrCat("job ", j.id, ": unknown state"));
-  j.state = *state;
-  j.message = s.Text(19);
-  j.evaluations = s.Int(20);
-  j.created_at = s.Text(21);
-  j.updated_at = s.Text(22);
-  j.origin = s.Text(23);
-  j.priority = static_cast<int>(s.Int(24));
-  j.runner = s.Text(25);
-  // A job left running by a process of this host that has ended (killed,
-  // crashed, or from before a reboot) is not running: say so.
-  if (j.state == JobState::kRunning && LivenessOf(j.runner) == Liveness::kGone) {
-    j.state = JobState::kInterrupted;
-    const std::optional<ProcessName> was = ProcessName::Decode(j.runner);
-    j.message = StrCat("its process (", was ? was->Describe() : "?",
-                       ") ended without recording the job's end; ",
-                       j.origin == "daemon" ? "ktuned resumes it when it starts again"
-                                            : "run the same job again to resume it");
-  }
-  return j;
-}
+absl::StatusOr<JobRecord> SqliteStore::ReadJob(sqlite::Statement& s) { return rows::Job(s); }
 
 absl::StatusOr<JobRecord> SqliteStore::StartJob(const JobRecord& job, bool* resumed) {
   return RecordJob(job, JobState::kRunning, resumed);
@@ -429,43 +373,7 @@ absl::StatusOr<std::vector<StoredMeasurement>> SqliteStore::LoadMeasurements(
   s.Bind(1, std::string_view(job_id));
   std::vector<StoredMeasurement> out;
   absl::Status status = s.ForEachRow([&]() -> absl::Status {
-    StoredMeasurement m;
-    m.sequence = s.Int(0);
-    m.key = s.Text(1);
-    m.config_json = s.Text(2);
-    std::optional<CandidateStatus> parsed = ParseCandidateStatus(s.Text(3));
-    if (!parsed) {
-      return absl::DataLossError(
-          StrCat("job ", job_id, ": measurement ", m.key, " has an unknown status"));
-    }
-    Measurement& r = m.measurement;
-    r.status = *parsed;
-    if (std::optional<double> t = s.OptionalDouble(4)) r.time = Millis(*t);
-    m.objective = s.OptionalDouble(5);
-    m.loss = s.OptionalDouble(6);
-    auto ms = [&](int col) { return Millis(s.OptionalDouble(col).value_or(0)); };
-    r.stats.median = ms(7);
-    r.stats.mean = ms(8);
-    r.stats.min = ms(9);
-    r.stats.max = ms(10);
-    r.stats.q1 = ms(11);
-    r.stats.q3 = ms(12);
-    r.stats.stddev = ms(13);
-    r.stats.samples = static_cast<int>(s.Int(14));
-    r.compile_time = Millis(s.Double(15));
-    r.cost = Millis(s.Double(16));
-    r.message = s.Text(17);
-    m.measured_at = s.Text(18);
-    auto damaged = [&](const absl::Status& st) {
-      return absl::DataLossError(
-          StrCat("job ", job_id, ": measurement ", m.key, ": ", st.message()));
-    };
-    absl::StatusOr<Conditions> conditions = ConditionsFromJson(s.Text(19));
-    if (!conditions.ok()) return damaged(conditions.status());
-    r.conditions = *std::move(conditions);
-    absl::StatusOr<std::vector<double>> samples = SamplesFromJson(s.Text(20));
-    if (!samples.ok()) return damaged(samples.status());
-    r.samples_ms = *std::move(samples);
+    KTUNE_ASSIGN_OR_RETURN(StoredMeasurement m, rows::Measurement(s, job_id));
     out.push_back(std::move(m));
     return absl::OkStatus();
   });
@@ -510,14 +418,10 @@ absl::StatusOr<std::vector<BestRecord>> SqliteStore::FindBest(
     const std::string& kernel_name, const std::optional<std::string>& device,
     const std::optional<Problem>& problem, const std::optional<std::string>& objective) {
   // Filters are optional, so this statement is prepared per call.
-  std::string sql = R"sql(
-SELECT k.name, k.source_hash, d.locator, d.name, d.architecture, d.uuid,
-       d.memory_bytes, d.driver, d.multiprocessors, d.simulated, b.problem,
-       b.objective, b.job_id, b.config_key, b.config, b.time_ms,
-       b.objective_value, b.loss, b.updated_at
+  std::string sql = StrCat("SELECT ", rows::kBestColumns, R"sql(
 FROM best b JOIN kernels k ON k.id = b.kernel_id
             JOIN devices d ON d.id = b.device_id
-WHERE k.name = ?1)sql";
+WHERE k.name = ?1)sql");
   if (device) sql += " AND (d.name = ?2 OR d.locator = ?2 OR d.uuid = ?2)";
   if (problem) sql += " AND b.problem = ?3";
   if (objective) sql += " AND b.objective = ?4";
@@ -530,19 +434,7 @@ WHERE k.name = ?1)sql";
   if (objective) s.Bind(4, std::string_view(*objective));
   std::vector<BestRecord> out;
   absl::Status status = s.ForEachRow([&]() -> absl::Status {
-    BestRecord b;
-    b.kernel_name = s.Text(0);
-    b.source_hash = s.Text(1);
-    b.device = ReadDevice(s, 2);
-    KTUNE_ASSIGN_OR_RETURN(b.problem, ProblemFromJson(s.Text(10)));
-    b.objective = s.Text(11);
-    b.job_id = s.Text(12);
-    b.key = s.Text(13);
-    b.config_json = s.Text(14);
-    b.time_ms = s.Double(15);
-    b.objective_value = s.OptionalDouble(16);
-    b.loss = s.Double(17);
-    b.updated_at = s.Text(18);
+    KTUNE_ASSIGN_OR_RETURN(BestRecord b, rows::Best(s));
     out.push_back(std::move(b));
     return absl::OkStatus();
   });
@@ -550,23 +442,13 @@ WHERE k.name = ?1)sql";
   return out;
 }
 
-absl::StatusOr<BestMatch> SqliteStore::FindBestMatch(const BestQuery& query) {
-  KTUNE_ASSIGN_OR_RETURN(
-      std::vector<BestRecord> all,
-      FindBest(
-          query.kernel, std::nullopt, std::nullopt,
-          query.objective.empty() ? std::nullopt : std::optional<std::string>(query.objective)));
-  BestQuery q = query;
-  if (q.architecture.empty() && !q.device.empty() && q.device.rfind("sm_", 0) != 0) {
-    // The store may know the device from other kernels' jobs.
-    KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
+absl::StatusOr<std::string> SqliteStore::KnownArchitecture(const std::string& device) {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare(R"sql(
 SELECT architecture FROM devices
-WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' LIMIT 1)sql"));
-    s.Bind(1, std::string_view(q.device));
-    KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
-    if (row) q.architecture = s.Text(0);
-  }
-  return SelectBestMatch(std::move(all), q);
+WHERE (name = ?1 OR locator = ?1 OR uuid = ?1) AND architecture <> '' ORDER BY id LIMIT 1)sql"));
+  s.Bind(1, std::string_view(device));
+  KTUNE_ASSIGN_OR_RETURN(const bool row, s.Step());
+  return row ? s.Text(0) : std::string();
 }
 
 absl::StatusOr<std::vector<PriorMeasurement>> SqliteStore::LoadPriorMeasurements(
@@ -590,16 +472,7 @@ LIMIT ?5)sql"));
       .Bind(6, std::string_view(measured_before));
   std::vector<PriorMeasurement> out;
   absl::Status status = s.ForEachRow([&]() -> absl::Status {
-    PriorMeasurement m;
-    m.job_id = s.Text(0);
-    m.key = s.Text(1);
-    std::optional<CandidateStatus> parsed = ParseCandidateStatus(s.Text(2));
-    if (!parsed) {
-      return absl::DataLossError(
-          StrCat("job ", m.job_id, ": measurement ", m.key, " has an unknown status"));
-    }
-    m.status = *parsed;
-    m.loss = s.OptionalDouble(3);
+    KTUNE_ASSIGN_OR_RETURN(PriorMeasurement m, rows::Prior(s));
     out.push_back(std::move(m));
     return absl::OkStatus();
   });
@@ -616,6 +489,18 @@ absl::Status SqliteStore::CheckIntegrity() {
     return absl::DataLossError(StrCat(path_, ": integrity_check: ", result));
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStore::Snapshot(const std::string& path) {
+  if (access(path.c_str(), F_OK) == 0) {
+    return absl::AlreadyExistsError(
+        StrCat(path, ": exists; give a new file (nothing was changed)"));
+  }
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement s, db_.Prepare("VACUUM INTO ?1"));
+  s.Bind(1, std::string_view(path));
+  absl::Status done = s.Run();
+  if (!done.ok()) std::remove(path.c_str());
+  return done;
 }
 
 absl::StatusOr<std::int64_t> SqliteStore::ChangeCount() {

@@ -43,7 +43,6 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<BestRecord>> FindBest(
       const std::string& kernel_name, const std::optional<std::string>& device,
       const std::optional<Problem>& problem, const std::optional<std::string>& objective) override;
-  absl::StatusOr<BestMatch> FindBestMatch(const BestQuery& query) override;
   absl::StatusOr<std::vector<PriorMeasurement>> LoadPriorMeasurements(
       const std::string& kernel_name, const std::vector<std::string>& parameters,
       const std::string& objective, const std::string& exclude_job_id, std::int64_t limit,
@@ -53,6 +52,8 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::int64_t> ChangeCount() override;
   // PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity() override;
+  // VACUUM INTO: a compact copy, consistent even while others write.
+  absl::Status Snapshot(const std::string& path) override;
 
  private:
   friend class MergeSource;  // reads a source's kernels through db_
@@ -66,6 +67,7 @@ class SqliteStore final : public Store {
   // Merge's work, with the source attached as `src`; `source_name` for
   // messages (store/merge.cc).
   absl::StatusOr<MergeStats> MergeAttached(const std::string& source_name);
+  absl::StatusOr<std::string> KnownArchitecture(const std::string& device) override;
 
   std::string path_;
   int schema_version_ = 0;

@@ -1,5 +1,9 @@
 #include "tuner/store/store.h"
 
+#include "tuner/base/process.h"
+#include "tuner/base/strings.h"
+#include "tuner/store/pg.h"
+#include "tuner/store/pg_store.h"
 #include "tuner/store/sqlite_store.h"
 
 namespace ktune {
@@ -25,9 +29,38 @@ std::optional<JobState> ParseJobState(std::string_view name) {
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& locator, bool create) {
+  if (pg::IsUri(locator)) {
+    absl::StatusOr<std::unique_ptr<PgStore>> store = PgStore::Open(locator, create);
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<Store>(*std::move(store));
+  }
   absl::StatusOr<std::unique_ptr<SqliteStore>> sqlite = SqliteStore::Open(locator, create);
   if (!sqlite.ok()) return sqlite.status();
   return std::unique_ptr<Store>(*std::move(sqlite));
+}
+
+absl::StatusOr<BestMatch> Store::FindBestMatch(const BestQuery& query) {
+  absl::StatusOr<std::vector<BestRecord>> all = FindBest(
+      query.kernel, std::nullopt, std::nullopt,
+      query.objective.empty() ? std::nullopt : std::optional<std::string>(query.objective));
+  if (!all.ok()) return all.status();
+  BestQuery q = query;
+  if (q.architecture.empty() && !q.device.empty() && q.device.rfind("sm_", 0) != 0) {
+    absl::StatusOr<std::string> arch = KnownArchitecture(q.device);
+    if (!arch.ok()) return arch.status();
+    q.architecture = *arch;
+  }
+  return SelectBestMatch(*std::move(all), q);
+}
+
+void MarkInterruptedIfRunnerGone(JobRecord& j) {
+  if (j.state != JobState::kRunning || LivenessOf(j.runner) != Liveness::kGone) return;
+  j.state = JobState::kInterrupted;
+  const std::optional<ProcessName> was = ProcessName::Decode(j.runner);
+  j.message = StrCat("its process (", was ? was->Describe() : "?",
+                     ") ended without recording the job's end; ",
+                     j.origin == "daemon" ? "ktuned resumes it when it starts again"
+                                          : "run the same job again to resume it");
 }
 
 }  // namespace ktune

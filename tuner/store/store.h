@@ -1,7 +1,8 @@
 // The store: devices, kernels, jobs, every measurement, and the best
 // configuration per kernel, device, problem and objective. An interface
 // with one contract (tests/store/store_contract.cc) that every backend
-// passes; SQLite (an embedded file, the default) is the one here.
+// passes: SQLite (an embedded file, the default) and PostgreSQL (a fleet's
+// shared store), chosen by the locator (a path, or a postgresql:// URI).
 //
 // Each measurement is committed in its own transaction as it completes, so
 // a crash loses at most the candidate in flight. A store carries a schema
@@ -95,8 +96,10 @@ struct MergeStats {
 // processes).
 class Store {
  public:
-  // Opens the store `locator` names (a SQLite file's path), creating it if
-  // `create`, and migrates it to the current schema. Errors: NOT_FOUND (no
+  // Opens the store `locator` names (a SQLite file's path, or a PostgreSQL
+  // connection URI: postgresql://...), creating it if `create` (in
+  // PostgreSQL: its tables, in an existing database), and migrates it to
+  // the current schema. Errors: NOT_FOUND (no
   // store and !create), FAILED_PRECONDITION (not a ktune store, or a newer
   // schema), each naming the locator; a refused store is left unchanged.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& locator, bool create);
@@ -161,7 +164,7 @@ class Store {
   // The fallback chain (SelectBestMatch) over the kernel's best records;
   // a device the records do not name may be known to the store by its
   // other jobs (its architecture then counts).
-  virtual absl::StatusOr<BestMatch> FindBestMatch(const BestQuery& query) = 0;
+  absl::StatusOr<BestMatch> FindBestMatch(const BestQuery& query);
 
   // Measurements of other jobs that tuned a kernel with this name and
   // exactly these parameters (names, in order) for `objective`, on any
@@ -192,7 +195,23 @@ class Store {
 
   // The backend's own consistency check; OK when it finds nothing wrong.
   virtual absl::Status CheckIntegrity() = 0;
+
+  // Writes everything this store holds, as one consistent snapshot, to a
+  // new SQLite store at `path` (for a machine that cannot reach this one).
+  // ALREADY_EXISTS when `path` exists; on any error no file is left.
+  virtual absl::Status Snapshot(const std::string& path) = 0;
+
+ protected:
+  // The architecture of a device the store knows by name, id or UUID from
+  // any job; empty when none.
+  virtual absl::StatusOr<std::string> KnownArchitecture(const std::string& device) = 0;
 };
+
+// A job read back as running whose process of this host has ended
+// (killed, crashed, or from before a reboot) is not running: `job` is then
+// marked interrupted, with a message that says so. Backends call it on
+// every job they read.
+void MarkInterruptedIfRunnerGone(JobRecord& job);
 
 }  // namespace ktune
 

@@ -1,0 +1,93 @@
+// The PostgreSQL store: a fleet's shared store, one database that every
+// ktuned and ktune of a team uses, named by a libpq connection URI
+// (postgresql://USER@HOST/DATABASE). Its tables live in the schema `ktune`
+// of that database, created and migrated on first use; the rest of the
+// database is never touched. One connection per Store.
+#ifndef KTUNE_TUNER_STORE_PG_STORE_H_
+#define KTUNE_TUNER_STORE_PG_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tuner/store/pg.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+
+// One step of the PostgreSQL schema, applied in a transaction.
+struct PgMigration {
+  int version;
+  const char* sql;
+};
+std::span<const PgMigration> PgSchemaMigrations();
+
+// Not thread-safe; not copyable.
+class PgStore final : public Store {
+ public:
+  // Connects to `uri` and migrates the schema `ktune` (under an advisory
+  // lock, so daemons starting together migrate once). Errors:
+  // INVALID_ARGUMENT (not a URI), UNAVAILABLE (unreachable),
+  // PERMISSION_DENIED, NOT_FOUND (no such database, or no ktune store in
+  // it and !create), FAILED_PRECONDITION (a schema `ktune` that is not
+  // ktune's, or a newer schema), each naming the URI without its password.
+  static absl::StatusOr<std::unique_ptr<PgStore>> Open(const std::string& uri, bool create);
+
+  PgStore(const PgStore&) = delete;
+  PgStore& operator=(const PgStore&) = delete;
+  ~PgStore() override;
+
+  const std::string& locator() const override { return name_; }
+  int schema_version() const override { return schema_version_; }
+  absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed) override;
+  absl::StatusOr<JobRecord> QueueJob(const JobRecord& job, bool* existed) override;
+  absl::Status SetJobState(const std::string& job_id, JobState state,
+                           const std::string& message) override;
+  absl::Status AddMeasurement(const std::string& job_id, const StoredMeasurement& m) override;
+  absl::Status UpdateMeasurement(const std::string& job_id, const StoredMeasurement& m) override;
+  absl::Status RefreshBest(const std::string& job_id) override;
+  absl::StatusOr<std::vector<StoredMeasurement>> LoadMeasurements(
+      const std::string& job_id) override;
+  absl::StatusOr<JobRecord> GetJob(const std::string& id_or_prefix) override;
+  absl::StatusOr<std::vector<JobRecord>> ListJobs() override;
+  absl::StatusOr<std::vector<BestRecord>> FindBest(
+      const std::string& kernel_name, const std::optional<std::string>& device,
+      const std::optional<Problem>& problem, const std::optional<std::string>& objective) override;
+  absl::StatusOr<std::vector<PriorMeasurement>> LoadPriorMeasurements(
+      const std::string& kernel_name, const std::vector<std::string>& parameters,
+      const std::string& objective, const std::string& exclude_job_id, std::int64_t limit,
+      const std::string& measured_before = "") override;
+  // Copies the source's tables into temporary tables (COPY), then adds
+  // what this store lacks in one transaction (store/pg_merge.cc).
+  absl::StatusOr<MergeStats> Merge(const MergeSource& source) override;
+  // ktune.changes: a counter every committed write to jobs, measurements
+  // or best moves (statement triggers), visible with the write itself.
+  absl::StatusOr<std::int64_t> ChangeCount() override;
+  // Checks that every row reads back (jobs, measurements, best records).
+  absl::Status CheckIntegrity() override;
+  // One REPEATABLE READ transaction, table by table (store/pg_merge.cc).
+  absl::Status Snapshot(const std::string& path) override;
+
+  pg::Conn& conn() { return conn_; }
+
+ private:
+  PgStore(pg::Conn conn, std::string name) : conn_(std::move(conn)), name_(std::move(name)) {}
+  absl::StatusOr<JobRecord> RecordJob(const JobRecord& job, JobState state, bool* existed);
+  absl::StatusOr<std::vector<JobRecord>> ReadJobs(const pg::Result& r);
+  absl::StatusOr<std::int64_t> UpsertDevice(const DeviceInfo& device);
+  absl::StatusOr<std::int64_t> UpsertKernel(const JobRecord& job);
+  absl::StatusOr<MergeStats> MergeLoaded(const std::string& source_name);
+  absl::StatusOr<std::string> KnownArchitecture(const std::string& device) override;
+
+  pg::Conn conn_;
+  std::string name_;  // the URI without its password
+  int schema_version_ = 0;
+};
+
+}  // namespace ktune
+
+#endif  // KTUNE_TUNER_STORE_PG_STORE_H_
