@@ -28,6 +28,7 @@ extern const Command kCancel;
 extern const Command kDevices;
 extern const Command kEvaluate;
 extern const Command kMerge;
+extern const Command kExport;
 
 }  // namespace ktune::cli
 

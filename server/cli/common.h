@@ -80,7 +80,10 @@ inline const FlagSpec kTimeoutFlag{
     "24 hours for the stream)"};
 
 // The flags most commands share.
-inline const FlagSpec kDbFlag{"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"};
+inline const FlagSpec kDbFlag{
+    "db", "STORE",
+    "the store: a SQLite file, or a PostgreSQL URI postgresql://USER@HOST/DB (default: "
+    "$KTUNE_DB, else ./ktune.db)"};
 inline const FlagSpec kJsonFlag{"json", "", "print one JSON object on stdout"};
 
 // A command's own flags, then those that reach a daemon, then --json.

@@ -36,6 +36,7 @@ std::string MainHelp() {
                 "  devices   list this machine's GPUs (or a daemon's devices)\n"
                 "  evaluate  score search strategies on recorded spaces\n"
                 "  merge     add other stores' jobs and measurements to this one\n"
+                "  export    write a SQLite snapshot of the store (a fleet's PostgreSQL)\n"
                 "  version   print the version\n\n"
                 "With --server ADDR the commands talk to a ktuned daemon instead of the\n"
                 "local store (--token-file, --tls-ca for a secured daemon).\n\n"
@@ -44,7 +45,8 @@ std::string MainHelp() {
 
 const Command* FindCommand(const std::string& name) {
   for (const Command* c :
-       {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices, &kEvaluate, &kMerge}) {
+       {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices, &kEvaluate, &kMerge,
+                            &kExport}) {
     if (c->spec->name == name) return c;
   }
   return nullptr;

@@ -120,6 +120,38 @@ CREATE TRIGGER measurements_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.me
 CREATE TRIGGER best_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.best
   FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
 )sql"},
+    // The fleet's queue (store/fleet.h): the GPU model a daemon's job
+    // needs, its claim's lease, a cancellation asked of another daemon;
+    // the live daemons and their devices; submissions handed over.
+    {2, R"sql(
+ALTER TABLE ktune.jobs ADD COLUMN model TEXT NOT NULL DEFAULT '';
+ALTER TABLE ktune.jobs ADD COLUMN lease_until TIMESTAMPTZ;
+ALTER TABLE ktune.jobs ADD COLUMN cancel_asked BOOLEAN NOT NULL DEFAULT false;
+CREATE INDEX jobs_fleet_queue ON ktune.jobs (model, priority DESC, created_at)
+  WHERE model <> '' AND state IN ('queued', 'interrupted', 'running');
+CREATE INDEX jobs_runner ON ktune.jobs (runner) WHERE state = 'running';
+CREATE TABLE ktune.daemons (name TEXT PRIMARY KEY, seen_at TIMESTAMPTZ NOT NULL);
+CREATE TABLE ktune.daemon_devices (
+  daemon TEXT NOT NULL REFERENCES ktune.daemons(name) ON DELETE CASCADE,
+  model TEXT NOT NULL,
+  name TEXT NOT NULL,
+  uuid TEXT NOT NULL,
+  locator TEXT NOT NULL,
+  PRIMARY KEY (daemon, locator)
+);
+CREATE TABLE ktune.submissions (
+  id BIGSERIAL PRIMARY KEY,
+  spec BYTEA NOT NULL,
+  priority BIGINT NOT NULL,
+  model TEXT NOT NULL,
+  submitted_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  taken_at TIMESTAMPTZ,
+  answered BOOLEAN NOT NULL DEFAULT false,
+  job_id TEXT NOT NULL DEFAULT '',
+  code INT NOT NULL DEFAULT 0,
+  error TEXT NOT NULL DEFAULT ''
+);
+)sql"},
 };
 
 constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("ktune.");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tuner/store/fleet.h"
 #include "tuner/store/pg.h"
 #include "tuner/store/store.h"
 
@@ -27,7 +28,7 @@ struct PgMigration {
 std::span<const PgMigration> PgSchemaMigrations();
 
 // Not thread-safe; not copyable.
-class PgStore final : public Store {
+class PgStore final : public Store, public FleetQueue {
  public:
   // Connects to `uri` and migrates the schema `ktune` (under an advisory
   // lock, so daemons starting together migrate once). Errors:
@@ -71,6 +72,29 @@ class PgStore final : public Store {
   absl::Status CheckIntegrity() override;
   // One REPEATABLE READ transaction, table by table (store/pg_merge.cc).
   absl::Status Snapshot(const std::string& path) override;
+
+  FleetQueue* fleet() override { return this; }
+
+  // The fleet's queue (store/pg_fleet.cc).
+  absl::StatusOr<FleetBeat> Heartbeat(const std::string& daemon,
+                                      const std::vector<FleetDevice>& devices,
+                                      const std::vector<std::string>& running,
+                                      std::chrono::milliseconds lease) override;
+  absl::Status Leave(const std::string& daemon) override;
+  absl::StatusOr<std::string> ResolveModel(const std::string& wanted,
+                                           std::chrono::milliseconds alive) override;
+  absl::Status Offer(const std::string& job_id, const std::string& model) override;
+  absl::StatusOr<std::optional<JobRecord>> Claim(const std::string& daemon,
+                                                 const std::vector<std::string>& models,
+                                                 std::chrono::milliseconds lease) override;
+  absl::StatusOr<bool> RequestCancel(const std::string& job_id) override;
+  absl::StatusOr<std::int64_t> Hand(const std::string& spec, int priority,
+                                    const std::string& model) override;
+  absl::StatusOr<std::optional<FleetSubmission>> TakeSubmission(
+      const std::vector<std::string>& models) override;
+  absl::Status Answer(std::int64_t id, const std::string& job_id, int code,
+                      const std::string& error) override;
+  absl::StatusOr<std::optional<std::string>> AnswerOf(std::int64_t id) override;
 
   pg::Conn& conn() { return conn_; }
 

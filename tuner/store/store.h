@@ -80,6 +80,7 @@ struct PriorMeasurement {
 };
 
 class MergeSource;  // store/merge.h
+class FleetQueue;   // store/fleet.h
 
 // What a merge added.
 struct MergeStats {
@@ -200,6 +201,10 @@ class Store {
   // new SQLite store at `path` (for a machine that cannot reach this one).
   // ALREADY_EXISTS when `path` exists; on any error no file is left.
   virtual absl::Status Snapshot(const std::string& path) = 0;
+
+  // The fleet's job queue when this store can hold one (PostgreSQL), for
+  // as long as this Store lives; else null (SQLite: one daemon per store).
+  virtual FleetQueue* fleet() { return nullptr; }
 
  protected:
   // The architecture of a device the store knows by name, id or UUID from

@@ -1,0 +1,156 @@
+// The fleet's queue in the PostgreSQL store (store/fleet.h), against a
+// real server: claims, leases, cancellations and submissions between
+// daemons, each daemon a connection of its own.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/postgres.h"
+#include "tests/testing/temp_dir.h"
+#include "tuner/base/strings.h"
+#include "tuner/store/fleet.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class FleetQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<testing::PostgresCluster*> pg = testing::SharedPostgres();
+    ASSERT_TRUE(pg.ok()) << pg.status();
+    static int next = 0;
+    absl::StatusOr<std::string> uri = (*pg)->CreateDatabase(StrCat("f", getpid(), "_", next++));
+    ASSERT_TRUE(uri.ok()) << uri.status();
+    uri_ = *uri;
+  }
+  std::unique_ptr<Store> Open() {
+    absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(uri_, true);
+    EXPECT_TRUE(s.ok()) << s.status();
+    EXPECT_NE((*s)->fleet(), nullptr);
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  static JobRecord Job(const std::string& id, int priority = 0) {
+    JobRecord j;
+    j.id = id;
+    j.kernel_name = "saxpy";
+    j.parameters = {"b"};
+    j.device.uuid = "GPU-1";
+    j.device.name = "Test GPU";
+    j.spec_json = "{}";
+    j.strategy = "random";
+    j.origin = "daemon";
+    j.priority = priority;
+    return j;
+  }
+  std::string uri_;
+};
+
+TEST_F(FleetQueueTest, AJobIsClaimedOnceByADaemonOfItsModelHighestPriorityFirst) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  for (auto [id, prio] : std::vector<std::pair<std::string, int>>{{"low", 0}, {"high", 5}}) {
+    ASSERT_TRUE(a->QueueJob(Job(id, prio), nullptr).ok());
+    ASSERT_TRUE(a->fleet()->Offer(id, "M1").ok());
+  }
+  ASSERT_TRUE(a->QueueJob(Job("other"), nullptr).ok());
+  ASSERT_TRUE(a->fleet()->Offer("other", "M2").ok());
+  absl::StatusOr<std::optional<JobRecord>> first = b->fleet()->Claim("B", {"M1"}, 60s);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->id, "high");
+  EXPECT_EQ((*first)->state, JobState::kRunning);
+  EXPECT_EQ((*first)->runner, "B");
+  absl::StatusOr<std::optional<JobRecord>> second = a->fleet()->Claim("A", {"M1"}, 60s);
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->id, "low");
+  EXPECT_FALSE(a->fleet()->Claim("A", {"M1"}, 60s)->has_value());  // M2's stays
+  EXPECT_EQ(b->fleet()->Claim("B", {"M2", "M1"}, 60s).value()->id, "other");
+}
+
+TEST_F(FleetQueueTest, ALapsedLeaseLetsAnotherDaemonTakeTheJobAndTheFirstLearnsItLostIt) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  ASSERT_TRUE(a->QueueJob(Job("j"), nullptr).ok());
+  ASSERT_TRUE(a->fleet()->Offer("j", "M").ok());
+  ASSERT_TRUE(a->fleet()->Claim("A", {"M"}, 300ms).value().has_value());
+  EXPECT_FALSE(b->fleet()->Claim("B", {"M"}, 60s).value().has_value());  // leased
+  // A heartbeat renews the lease...
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(150ms);
+    ASSERT_TRUE(a->fleet()->Heartbeat("A", {}, {"j"}, 300ms).ok());
+    EXPECT_FALSE(b->fleet()->Claim("B", {"M"}, 60s).value().has_value());
+  }
+  // ...and without one it lapses.
+  std::this_thread::sleep_for(400ms);
+  absl::StatusOr<std::optional<JobRecord>> taken = b->fleet()->Claim("B", {"M"}, 60s);
+  ASSERT_TRUE(taken.ok() && taken->has_value());
+  EXPECT_EQ((*taken)->runner, "B");
+  absl::StatusOr<FleetBeat> beat = a->fleet()->Heartbeat("A", {}, {"j"}, 300ms);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_THAT(beat->lost, ElementsAre("j"));
+}
+
+TEST_F(FleetQueueTest, CancellingAQueuedJobIsImmediateARunningOnesIsToldToItsDaemon) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  for (const char* id : {"q", "r"}) {
+    ASSERT_TRUE(a->QueueJob(Job(id), nullptr).ok());
+    ASSERT_TRUE(a->fleet()->Offer(id, "M").ok());
+  }
+  ASSERT_EQ(a->fleet()->Claim("A", {"M"}, 60s).value()->id, "q");
+  EXPECT_EQ(b->fleet()->RequestCancel("r").value(), true);
+  EXPECT_EQ(b->GetJob("r")->state, JobState::kCancelled);
+  EXPECT_EQ(b->fleet()->RequestCancel("q").value(), false);
+  absl::StatusOr<FleetBeat> beat = a->fleet()->Heartbeat("A", {}, {"q"}, 60s);
+  ASSERT_TRUE(beat.ok());
+  EXPECT_THAT(beat->cancel, ElementsAre("q"));
+  absl::StatusOr<bool> ended = b->fleet()->RequestCancel("r");
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b->fleet()->RequestCancel("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(FleetQueueTest, ASubmissionReachesADaemonOfItsModelAndItsAnswerComesBack) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  FleetDevice d;
+  d.model = "recording X";
+  d.info.name = "A100";
+  d.info.uuid = "SIM-X";
+  d.locator = "sim:/x.json.gz";
+  ASSERT_TRUE(b->fleet()->Heartbeat("B", {d}, {}, 60s).ok());
+  EXPECT_EQ(a->fleet()->ResolveModel("A100", 10s).value(), "recording X");
+  EXPECT_EQ(a->fleet()->ResolveModel("SIM-X", 10s).value(), "recording X");
+  absl::StatusOr<std::string> none = a->fleet()->ResolveModel("H200", 10s);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("not served by any live daemon"));
+
+  const std::int64_t ok =
+      a->fleet()->Hand(std::string("\x01\x00\x02", 3), 3, "recording X").value();
+  const std::int64_t bad = a->fleet()->Hand("zz", 0, "recording X").value();
+  EXPECT_FALSE(a->fleet()->AnswerOf(ok).value().has_value());
+  EXPECT_FALSE(b->fleet()->TakeSubmission({"other"}).value().has_value());
+  absl::StatusOr<std::optional<FleetSubmission>> s = b->fleet()->TakeSubmission({"recording X"});
+  ASSERT_TRUE(s.ok() && s->has_value());
+  EXPECT_EQ((*s)->id, ok);
+  EXPECT_EQ((*s)->spec, std::string("\x01\x00\x02", 3));
+  EXPECT_EQ((*s)->priority, 3);
+  ASSERT_TRUE(b->fleet()->Answer(ok, "job-1", 0, "").ok());
+  EXPECT_EQ(a->fleet()->AnswerOf(ok).value(), std::optional<std::string>("job-1"));
+  ASSERT_EQ(b->fleet()->TakeSubmission({"recording X"}).value()->id, bad);
+  ASSERT_TRUE(b->fleet()
+                  ->Answer(bad, "", static_cast<int>(absl::StatusCode::kInvalidArgument),
+                           "strategy.name: no such strategy")
+                  .ok());
+  absl::StatusOr<std::optional<std::string>> refused = a->fleet()->AnswerOf(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("no such strategy"));
+}
+
+}  // namespace
+}  // namespace ktune
