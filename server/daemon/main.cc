@@ -1,6 +1,7 @@
 // ktuned: the ktune daemon. Serves ktune.v1.Tuner over gRPC (with the
 // standard health and reflection services), schedules tuning jobs on the
-// devices it is given, keeps its state in the SQLite store, and resumes
+// devices it is given, keeps its state in the store (a SQLite file; or a
+// fleet's PostgreSQL, shared with other daemons), and resumes
 // unfinished jobs when restarted.
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -32,6 +33,7 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/ipc/subprocess.h"
+#include "tuner/store/pg.h"
 #include "tuner/store/sqlite.h"
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/device/cuda_device.h"
@@ -49,15 +51,21 @@ constexpr int kExitInvalidInput = 2;
 
 const CommandSpec kDaemonCommand{
     "ktuned",
-    "ktuned [--listen ADDR] [--db PATH] --device DEVICE [--device DEVICE ...] [flags]",
+    "ktuned [--listen ADDR] [--db STORE] --device DEVICE [--device DEVICE ...] [flags]",
     "Serves ktune.v1.Tuner over gRPC: tuning jobs from clients (ktune --server ADDR ...),\n"
-    "run on the given devices, every measurement kept in the SQLite store. Listens on\n"
+    "run on the given devices, every measurement kept in the store. With a PostgreSQL\n"
+    "store the daemon is one of a fleet: one queue, one set of answers. Listens on\n"
     "127.0.0.1:7070 by default; any other address requires TLS and a token (or --insecure).\n"
     "A job is code that runs on the GPU: only let trusted clients reach the daemon.",
     {{"listen", "ADDR", "host:port to listen on (default 127.0.0.1:7070; port 0 picks one)"},
      {"port-file", "PATH",
       "once listening, write the address (host:port) to PATH, replacing it atomically"},
-     {"db", "PATH", "the SQLite store (default: $KTUNE_DB, else ./ktune.db)"},
+     {"db", "STORE",
+      "a SQLite file, or a fleet's PostgreSQL: postgresql://USER@HOST/DB (password from "
+      "PGPASSWORD or ~/.pgpass, never the command line; default: $KTUNE_DB, else ./ktune.db)"},
+     {"lease-seconds", "S",
+      "fleet: a claimed job's lease; another daemon takes a dead one's job over after it "
+      "(default 15)"},
      {"device", "DEVICE",
       "a device to serve: 0, cuda:0, a GPU UUID or sim:FILE (repeatable; "
       "default: every GPU)",
@@ -212,6 +220,13 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   KTUNE_RETURN_IF_ERROR(read_double("max-wall-seconds", &so.limits.max_wall_seconds));
   KTUNE_RETURN_IF_ERROR(read_double("max-kernel-seconds", &so.limits.max_kernel_seconds));
   KTUNE_RETURN_IF_ERROR(read_double("sim-speed", &so.device_options.sim_speed));
+  double lease = 15;
+  KTUNE_RETURN_IF_ERROR(read_double("lease-seconds", &lease));
+  if (lease < 0.3) {
+    return absl::InvalidArgumentError(
+        StrCat("--lease-seconds: ", lease, " is too short (at least 0.3)"));
+  }
+  so.lease = std::chrono::milliseconds(static_cast<std::int64_t>(lease * 1000));
   so.limits.max_running = static_cast<int>(running);
   so.limits.max_queued = static_cast<int>(queued);
   so.limits.max_space = static_cast<double>(max_space);
@@ -302,7 +317,8 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
       std::cerr << "ktuned: " << s.message() << "\n";
     }
   }
-  std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", devices, db.c_str());
+  std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", devices,
+               pg::Redact(db).c_str());
 
   // The main thread waits for SIGTERM or SIGINT.
   boost::asio::io_context io;

@@ -15,6 +15,7 @@
 #include "tuner/device/device_group.h"
 #include "tuner/device/simulated_device.h"
 #include "tuner/session/session.h"
+#include "tuner/store/pg.h"
 
 namespace ktune {
 namespace {
@@ -112,13 +113,24 @@ absl::Status Scheduler::Open() {
   if (options_.devices.empty()) {
     return absl::InvalidArgumentError("--device: give at least one device (sim:FILE or a GPU)");
   }
-  KTUNE_RETURN_IF_ERROR(LockStore());
+  // A SQLite store has one daemon; a PostgreSQL store a fleet.
+  if (!pg::IsUri(options_.db_path)) KTUNE_RETURN_IF_ERROR(LockStore());
   KTUNE_RETURN_IF_ERROR(OpenDevices());
   KTUNE_ASSIGN_OR_RETURN(reader_, Store::Open(options_.db_path, /*create=*/true));
+  fleet_ = reader_->fleet();
   return absl::OkStatus();
 }
 
 absl::Status Scheduler::Resume() {
+  if (fleet_mode()) {
+    // The fleet's unfinished jobs are claimed, by this daemon or another.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      accepting_ = true;
+    }
+    StartFleet();
+    return absl::OkStatus();
+  }
   // The daemon's unfinished jobs, oldest first.
   KTUNE_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, reader_->ListJobs());
   std::reverse(jobs.begin(), jobs.end());
@@ -147,6 +159,7 @@ absl::Status Scheduler::Resume() {
 }
 
 void Scheduler::Shutdown() {
+  StopFleet();
   std::unique_lock<std::mutex> lock(mu_);
   accepting_ = false;
   stopping_ = true;
@@ -269,6 +282,12 @@ absl::Status Scheduler::CheckSize(const Job& job) const {
 
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec spec, int priority,
                                                                      bool resuming) {
+  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Plan(std::move(spec), priority, resuming));
+  return Enqueue(std::move(e), resuming);
+}
+
+absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Plan(v1::JobSpec spec, int priority,
+                                                                  bool resuming) {
   KTUNE_ASSIGN_OR_RETURN(std::vector<DeviceSlot*> slots, SelectSlots(spec));
   DeviceSlot* slot = slots.front();
   spec.mutable_device()->clear_devices();
@@ -322,7 +341,7 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec
   if (!replays.empty()) {
     KTUNE_ASSIGN_OR_RETURN(e->device, GateDevices(std::move(replays), slots, priority));
   }
-  return Enqueue(std::move(e), resuming);
+  return e;
 }
 
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Enqueue(std::shared_ptr<Entry> e,
@@ -332,6 +351,11 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Enqueue(std::shared
   if (auto it = active_.find(e->id); it != active_.end()) {  // already here
     it->second->existed = true;
     return it->second;
+  }
+  if (fleet_mode()) {  // the fleet's queue, in the store
+    std::lock_guard<std::mutex> rl(read_mu_);
+    KTUNE_RETURN_IF_ERROR(OfferToFleet(*e));
+    return e;
   }
   if (!resuming && static_cast<int>(queue_.size()) >= options_.limits.max_queued) {
     return absl::ResourceExhaustedError(
@@ -456,9 +480,11 @@ void Scheduler::Run(const std::shared_ptr<Entry>& e) {
 void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std::string& failure,
                        JobState final_state, std::string final_message, bool wall_limit_hit) {
   bool cancelled = false;
+  bool lost = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     cancelled = e->cancelled;
+    lost = e->lost;
   }
   if (!failure.empty()) {
     final_state = JobState::kFailed;
@@ -471,7 +497,9 @@ void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std:
     final_message = StrCat("stopped at this daemon's wall-time limit of ",
                            options_.limits.max_wall_seconds, " s (--max-wall-seconds)");
   }
-  if (store != nullptr) {
+  if (lost) {
+    // Another daemon of the fleet runs it now: its end is that one's.
+  } else if (store != nullptr) {
     // A job that another live process runs (a local `ktune tune` of the
     // same job) stays that process's to end.
     absl::StatusOr<JobRecord> now = store->GetJob(e->id);
@@ -512,6 +540,10 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!accepting_) return NotAccepting();
+  }
+  if (fleet_mode() && request.spec().device().devices_size() == 1 &&
+      !SelectSlots(request.spec()).ok()) {
+    return HandOver(request, request.spec().device().devices(0));
   }
   absl::StatusOr<std::shared_ptr<Entry>> e = Prepare(request.spec(), request.priority(), false);
   if (!e.ok()) return e.status();

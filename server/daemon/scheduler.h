@@ -5,6 +5,12 @@
 // recorded when submitted, every measurement as it completes, and a
 // restarted scheduler resumes the daemon's unfinished jobs.
 //
+// With a PostgreSQL store the daemon is one of a fleet (store/fleet.h):
+// jobs queue in the store, not here; a fleet thread heartbeats, claims the
+// next job of a model this daemon serves whenever a run slot is free, and
+// plans the submissions other daemons hand over. Jobs of another daemon
+// are watched by polling the store and cancelled through it.
+//
 // Every public method is thread-safe. Those that read or write the store
 // may block briefly on SQLite: call them off the gRPC threads.
 #ifndef KTUNE_SERVER_DAEMON_SCHEDULER_H_
@@ -20,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -30,6 +37,7 @@
 #include "tuner/base/clock.h"
 #include "tuner/base/file_lock.h"
 #include "tuner/session/session.h"
+#include "tuner/store/fleet.h"
 #include "tuner/store/store.h"
 
 namespace ktune {
@@ -54,6 +62,10 @@ struct SchedulerOptions {
   std::vector<std::string> devices;  // locators: "sim:FILE", "0", "cuda:1", a UUID
   OpenDeviceOptions device_options;
   SchedulerLimits limits;
+  // A fleet's claims: how long one lasts without a heartbeat (beats come
+  // every third of it). Another daemon takes a dead one's job over after
+  // this.
+  std::chrono::milliseconds lease{15000};
 };
 
 // One watcher of a job's events. Deliver is called from any thread and must
@@ -115,6 +127,7 @@ class Scheduler {
   struct DeviceSlot;
   struct Entry;
   struct Subscription;
+  struct Follower;
 
   absl::Status OpenDevices();
   // The slots a job's spec asks for (or the least busy one).
@@ -123,6 +136,9 @@ class Scheduler {
   absl::Status ApplyLimits(v1::JobSpec& spec) const;
   // The daemon's limits on the space and the arguments' memory.
   absl::Status CheckSize(const Job& job) const;
+  // The job planned on this daemon's devices, not yet queued.
+  absl::StatusOr<std::shared_ptr<Entry>> Plan(v1::JobSpec spec, int priority, bool resuming);
+  // Plan, then Enqueue.
   absl::StatusOr<std::shared_ptr<Entry>> Prepare(v1::JobSpec spec, int priority, bool resuming);
   // Records the job queued and queues it (or finds it here already).
   absl::StatusOr<std::shared_ptr<Entry>> Enqueue(std::shared_ptr<Entry> entry, bool resuming);
@@ -141,6 +157,28 @@ class Scheduler {
   // Why a job is not taken now (starting or stopping). REQUIRES: mu_ held.
   absl::Status NotAccepting() const;
   absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
+
+  // The fleet (scheduler_fleet.cc).
+  bool fleet_mode() const { return fleet_ != nullptr; }
+  void StartFleet();
+  void StopFleet();
+  void FleetLoop();
+  void Beat(FleetQueue& queue);
+  void TakeSubmissions(FleetQueue& queue);
+  void ClaimJobs(Store& store);
+  // Queues a planned job in the fleet's queue. REQUIRES: read_mu_ held.
+  absl::Status OfferToFleet(Entry& e);
+  // A submission for a model this daemon does not serve, handed to one
+  // that does; waits for its answer.
+  absl::StatusOr<v1::SubmitJobResponse> HandOver(const v1::SubmitJobRequest& request,
+                                                 const std::string& wanted);
+  absl::StatusOr<v1::Job> CancelElsewhere(const std::string& id);
+  // Follows a job another daemon runs, by polling the store, from the
+  // measurement after `replayed_up_to` (kFromNow: after those stored now).
+  static constexpr std::int64_t kFromNow = -2;
+  void FollowElsewhere(const std::string& id, std::int64_t replayed_up_to,
+                       std::shared_ptr<EventSink> sink);
+  void Follow(Follower& follower, const std::string& id, std::int64_t mark);
 
   SchedulerOptions options_;
   std::vector<std::unique_ptr<DeviceSlot>> devices_;
@@ -166,6 +204,19 @@ class Scheduler {
   // An exclusive lock on DB.ktuned-lock while the daemon lives; the kernel
   // drops it when the process ends, SIGKILL included.
   std::optional<FileLock> store_lock_;
+
+  // The fleet: null for a SQLite store. fleet_ is reader_'s (under
+  // read_mu_); the fleet thread has a connection of its own.
+  FleetQueue* fleet_ = nullptr;
+  std::string daemon_name_;
+  std::vector<FleetDevice> fleet_devices_;
+  std::vector<std::string> models_;
+  std::thread fleet_thread_;
+  std::mutex fleet_mu_;
+  std::condition_variable fleet_wake_;
+  bool fleet_stop_ = false;                           // guarded by fleet_mu_
+  bool fleet_poke_ = false;                           // guarded by fleet_mu_: look for work now
+  std::vector<std::shared_ptr<Follower>> followers_;  // guarded by fleet_mu_
 
   std::atomic<std::uint64_t> best_generation_{0};
   std::atomic<std::int64_t> outside_checked_ns_{0};  // steady clock

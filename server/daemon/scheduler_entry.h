@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct Scheduler::Entry {
   bool cancelled = false;  // by a client (guarded by Scheduler::mu_)
   bool running = false;    // guarded by Scheduler::mu_
   bool done = false;       // guarded by Scheduler::mu_
+  // A fleet's job whose lease lapsed and that another daemon took over:
+  // it stops here without recording its end (guarded by Scheduler::mu_).
+  bool lost = false;
   std::condition_variable finished;
 
   std::mutex events_mu;
@@ -59,6 +63,14 @@ struct Scheduler::Entry {
   // the end from the store. `done` is set after it, under mu_, so it cannot
   // tell a watcher whether its subscription would still hear anything.
   bool ended = false;
+};
+
+// A watcher of a job another daemon of the fleet runs.
+struct Scheduler::Follower {
+  std::shared_ptr<EventSink> sink;
+  std::atomic<bool> stop{false};  // Unwatch or Shutdown
+  std::atomic<bool> done{false};  // the thread ended
+  std::thread thread;
 };
 
 // A state change as an event of the job's stream, stamped now.

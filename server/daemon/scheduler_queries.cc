@@ -122,6 +122,10 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const v1::CancelJobRequest& request) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     auto it = active_.find(id);
+    if (it == active_.end() && fleet_mode()) {
+      lock.unlock();
+      return CancelElsewhere(id);
+    }
     if (it == active_.end()) {
       lock.unlock();
       v1::GetJobRequest g;
@@ -266,6 +270,14 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
   progress.set_job_id(id);
   *progress.mutable_progress() = job->progress();
   Now(progress.mutable_at());
+  if (e == nullptr && fleet_mode() && (job->state() == v1::QUEUED || job->state() == v1::RUNNING)) {
+    // Queued in the fleet, or run by another daemon: followed through the
+    // store.
+    sink->Deliver(state, false);
+    sink->Deliver(progress, false);
+    FollowElsewhere(id, request.from_start() ? sub->replayed_up_to : kFromNow, sink);
+    return absl::OkStatus();
+  }
   if (e == nullptr) {
     // Not running here: what the store says is all there is.
     sink->Deliver(progress, false);
@@ -307,6 +319,12 @@ absl::Status Scheduler::Watch(const v1::WatchJobRequest& request, std::shared_pt
 }
 
 void Scheduler::Unwatch(const EventSink* sink) {
+  {
+    std::lock_guard<std::mutex> lock(fleet_mu_);
+    for (const auto& f : followers_) {
+      if (f->sink.get() == sink) f->stop.store(true);
+    }
+  }
   std::vector<std::shared_ptr<Entry>> entries;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -41,6 +41,7 @@ absl::StatusOr<JobRun> JobRun::Plan(const v1::JobSpec& spec, const std::string& 
 absl::Status JobRun::EnsureSession(Device& device) {
   if (session_ != nullptr && bound_ == &device) return absl::OkStatus();
   session_ = std::make_unique<Session>(*job_, device, *strategy_->strategy, strategy_->resolved);
+  if (!kept_id_.empty()) session_->set_job_id(kept_id_);
   bound_ = &device;
   return session_->Prepare();
 }

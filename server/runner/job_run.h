@@ -62,6 +62,10 @@ class JobRun {
   // The job's id on a device like `device`.
   std::string IdOn(const DeviceInfo& device) const { return ComputeJobId(*job_, device); }
 
+  // Runs the job under `id` whatever the device (a fleet's job taken over
+  // on another GPU of its model keeps its id).
+  void KeepJobId(std::string id) { kept_id_ = std::move(id); }
+
   // Binds the job to `device`, which Run must then be given. Errors say why
   // the device cannot run the job (INVALID_ARGUMENT for the spec's part).
   absl::Status Bind(Device& device);
@@ -84,6 +88,7 @@ class JobRun {
   std::unique_ptr<BuiltStrategy> strategy_;
   std::unique_ptr<Session> session_;
   Device* bound_ = nullptr;
+  std::string kept_id_;
 };
 
 }  // namespace ktune

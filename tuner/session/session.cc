@@ -128,6 +128,7 @@ class Session::Running {
 
 absl::Status Session::Running::Start() {
   JobRecord rec = MakeJobRecord(s_.job_, s_.device_.info());
+  rec.id = s_.job_id_;
   rec.strategy = StrategyLabel(s_.job_.strategy, s_.resolved_strategy_);
   result_.resolved_strategy = s_.resolved_strategy_;
   KTUNE_RETURN_IF_ERROR(store_.StartJob(rec, &result_.resumed).status());

@@ -83,6 +83,10 @@ class Session {
   absl::StatusOr<SessionResult> Run(Store& store, const SessionOptions& options = {});
 
   const std::string& job_id() const { return job_id_; }
+  // Runs the job under another id than its own on this device: a fleet's
+  // job taken over on another GPU of its model keeps the id it was queued
+  // under.
+  void set_job_id(std::string id) { job_id_ = std::move(id); }
 
   // Replaces the strategy before Run (e.g. with one rebuilt around a warm
   // start read from the store); `strategy` must outlive the session.

@@ -1,0 +1,251 @@
+// A fleet on loopback: one PostgreSQL (started by the test) and three
+// ktuned sharing it, each replaying a recording. Two daemons serve one
+// model, the third another; jobs go to any daemon and run on one of their
+// model; a daemon killed mid-job has its job taken over and finished, and
+// every daemon answers GetBest alike.
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ktune/v1/tuner.grpc.pb.h"
+#include "tests/testing/postgres.h"
+#include "tests/testing/process.h"
+#include "tests/testing/temp_dir.h"
+#include "tuner/base/process.h"
+#include "tuner/base/strings.h"
+#include "tuner/store/store.h"
+
+namespace ktune {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kRecorded = std::string(KTUNE_SOURCE_DIR) + "/kernels/recorded/";
+const std::string kConv = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+const std::string kPnpoly = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+constexpr int kLeaseSeconds = 2;
+
+// One ktuned of the fleet.
+struct Daemon {
+  pid_t pid = -1;
+  std::string address;
+  std::unique_ptr<v1::Tuner::Stub> stub;
+
+  bool Start(const std::string& db, const std::string& device, const testing::TempDir& tmp,
+             const std::string& name) {
+    int fd = -1;
+    pid = testing::SpawnWithPipe(
+        KTUNED_PATH,
+        {"--db", db, "--device", device, "--listen", "127.0.0.1:0", "--port-file", "/dev/fd/3",
+         "--lease-seconds", std::to_string(kLeaseSeconds), "--sim-speed", "40", "--max-running",
+         "2"},
+        tmp.File(name + ".out"), tmp.File(name + ".err"), &fd);
+    address = testing::ReadLine(fd);
+    close(fd);
+    if (address.empty()) return false;
+    stub = v1::Tuner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    return true;
+  }
+  void Kill() {
+    if (pid <= 0) return;
+    kill(pid, SIGKILL);
+    testing::WaitExit(pid);
+    pid = -1;
+  }
+  ~Daemon() { Kill(); }
+};
+
+std::unique_ptr<grpc::ClientContext> Context(int seconds = 60) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+  return ctx;
+}
+
+// Waits up to `limit` for `done`, polling.
+template <typename F>
+bool WaitFor(F done, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return done();
+}
+
+std::vector<JobRecord> Jobs(Store& store) {
+  absl::StatusOr<std::vector<JobRecord>> jobs = store.ListJobs();
+  EXPECT_TRUE(jobs.ok()) << jobs.status();
+  return jobs.ok() ? *std::move(jobs) : std::vector<JobRecord>();
+}
+
+pid_t RunnerPid(const JobRecord& j) {
+  const std::optional<ProcessName> p = ProcessName::Decode(j.runner);
+  return p ? p->pid : -1;
+}
+
+TEST(FleetTest, ThreeDaemonsShareOneQueueAndTakeOverADeadOnesJob) {
+  absl::StatusOr<testing::PostgresCluster*> pg = testing::SharedPostgres();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  absl::StatusOr<std::string> uri = (*pg)->CreateDatabase(StrCat("fleet", getpid()));
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  testing::TempDir tmp;
+  Daemon d[3];
+  const std::string devices[3] = {kConv, kConv, kPnpoly};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(d[i].Start(*uri, devices[i], tmp, StrCat("d", i)))
+        << testing::Slurp(tmp.File(StrCat("d", i, ".err")));
+  }
+  // 30 jobs, round-robin over the daemons, alternating the models: every
+  // daemon is given jobs of the model it lacks.
+  constexpr int kJobs = 30, kEvals = 8;
+  std::map<std::string, std::string> model_of;  // job id -> its device
+  for (int i = 0; i < kJobs; ++i) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->mutable_strategy()->set_name("random");
+    req.mutable_spec()->mutable_strategy()->set_max_evaluations(kEvals);
+    req.mutable_spec()->mutable_strategy()->set_seed(100 + i);
+    const std::string& device = i % 2 == 0 ? kConv : kPnpoly;
+    req.mutable_spec()->mutable_device()->add_devices(device);
+    v1::SubmitJobResponse resp;
+    const grpc::Status s = d[i % 3].stub->SubmitJob(Context().get(), req, &resp);
+    ASSERT_TRUE(s.ok()) << "job " << i << " on daemon " << i % 3 << ": " << s.error_message();
+    ASSERT_EQ(model_of.count(resp.job_id()), 0u);
+    model_of[resp.job_id()] = device;
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(*uri, false);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // Daemon 0 is killed while it runs a job part-way.
+  std::string victim;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const JobRecord& j : Jobs(**store)) {
+          if (j.state == JobState::kRunning && RunnerPid(j) == d[0].pid && j.evaluations >= 2 &&
+              j.evaluations < kEvals) {
+            victim = j.id;
+            return true;
+          }
+        }
+        return false;
+      },
+      60s))
+      << "daemon 0 never ran a job part-way";
+  const pid_t killed = d[0].pid;
+  d[0].Kill();
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<JobRecord> j = (*store)->GetJob(victim);
+        return j.ok() && j->state == JobState::kRunning && RunnerPid(*j) == d[1].pid;
+      },
+      60s))
+      << "job " << victim << " was not taken over";
+  const double takeover_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(takeover_s, kLeaseSeconds + 5.0);
+  std::printf("fleet: job %s of killed daemon (pid %d) taken over after %.2f s (lease %d s)\n",
+              victim.c_str(), killed, takeover_s, kLeaseSeconds);
+
+  // A daemon of the other model follows the job through the store.
+  {
+    v1::WatchJobRequest req;
+    req.set_job_id(victim);
+    req.set_from_start(true);
+    auto ctx = Context(120);
+    auto reader = d[2].stub->WatchJob(ctx.get(), req);
+    v1::JobEvent ev;
+    v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
+    std::set<std::int64_t> seen;
+    while (reader->Read(&ev)) {
+      if (ev.event_case() == v1::JobEvent::kState) last = ev.state();
+      if (ev.event_case() == v1::JobEvent::kMeasurement) {
+        EXPECT_TRUE(seen.insert(ev.measurement().sequence()).second) << "told twice";
+      }
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(last, v1::SUCCEEDED);
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(kEvals));
+  }
+
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const JobRecord& j : Jobs(**store)) {
+          if (j.state != JobState::kSucceeded) return false;
+        }
+        return true;
+      },
+      120s))
+      << "not every job finished";
+  // Each job ran on its model, every configuration once.
+  std::set<std::string> kernels;
+  for (const auto& [id, device] : model_of) {
+    absl::StatusOr<JobRecord> j = (*store)->GetJob(id);
+    ASSERT_TRUE(j.ok());
+    kernels.insert(j->kernel_name);
+    // The daemon that ran it last is one of its model.
+    const std::set<pid_t> of_model =
+        device == kConv ? std::set<pid_t>{killed, d[1].pid} : std::set<pid_t>{d[2].pid};
+    EXPECT_EQ(of_model.count(RunnerPid(*j)), 1u) << id << " ran on pid " << RunnerPid(*j);
+    absl::StatusOr<std::vector<StoredMeasurement>> ms = (*store)->LoadMeasurements(id);
+    ASSERT_TRUE(ms.ok());
+    EXPECT_EQ(ms->size(), static_cast<std::size_t>(kEvals)) << id;
+    std::set<std::string> keys;
+    for (std::size_t k = 0; k < ms->size(); ++k) {
+      EXPECT_EQ((*ms)[k].sequence, static_cast<std::int64_t>(k)) << id;
+      EXPECT_TRUE(keys.insert((*ms)[k].key).second)
+          << id << " measured " << (*ms)[k].key << " twice";
+    }
+  }
+
+  // Cancelled through a daemon that does not run it.
+  {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->mutable_strategy()->set_name("random");
+    req.mutable_spec()->mutable_strategy()->set_max_evaluations(2000);
+    req.mutable_spec()->mutable_device()->add_devices(kConv);
+    v1::SubmitJobResponse resp;
+    ASSERT_TRUE(d[2].stub->SubmitJob(Context().get(), req, &resp).ok());
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<JobRecord> j = (*store)->GetJob(resp.job_id());
+          return j.ok() && j->evaluations > 0;
+        },
+        60s));
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(resp.job_id());
+    v1::Job job;
+    ASSERT_TRUE(d[2].stub->CancelJob(Context().get(), cancel, &job).ok());
+    EXPECT_EQ(job.state(), v1::CANCELLED);
+  }
+
+  // Every daemon (the killed one started again) gives the same answers.
+  ASSERT_TRUE(d[0].Start(*uri, kConv, tmp, "d0-again"));
+  for (const std::string& kernel : kernels) {
+    std::optional<v1::GetBestResponse> first;
+    for (Daemon& daemon : d) {
+      v1::GetBestRequest req;
+      req.set_kernel(kernel);
+      v1::GetBestResponse resp;
+      const grpc::Status s = daemon.stub->GetBest(Context().get(), req, &resp);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+      if (!first) first = resp;
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(resp, *first))
+          << kernel << " on " << daemon.address << ":\n"
+          << resp.DebugString() << "\nand\n"
+          << first->DebugString();
+      EXPECT_TRUE(resp.has_best());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ktune
