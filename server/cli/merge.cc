@@ -25,7 +25,8 @@ const CommandSpec kMergeCommand{
     "ktune merge SOURCE.db [SOURCE.db ...] [--db TARGET] [--json]",
     "Adds what other stores hold to this one (created if missing): headless jobs'\n"
     "databases from GPU nodes, merged into one store for ktuned or for\n"
-    "applications. Sources are only read. Jobs are matched by id, measurements by\n"
+    "applications; with --db postgresql://..., how nodes without network access\n"
+    "join a fleet's store. Sources are only read. Jobs are matched by id, measurements by\n"
     "job and configuration, so merging a source again adds nothing; each best\n"
     "record keeps the better of the two. Each source is merged in one transaction.",
     {kDbFlag, kJsonFlag},

@@ -8,7 +8,7 @@
 //     launch(c->Int("block_size_x", 16), ...);
 //   }
 //
-// Open (a database file, read once) or Connect (a ktuned daemon, asked once
+// Open (a database file or a fleet's PostgreSQL URI, read once) or Connect (a ktuned daemon, asked once
 // per request) load the answers; Find then answers from memory without I/O:
 // the exact device and problem, else the nearest problem size on that
 // device (log scale), else the same kernel on another device of the same
@@ -85,8 +85,9 @@ struct BestRequest {
 
 class KTUNE_CLIENT_API BestConfigs {
  public:
-  // Every best configuration of these kernels in the database (read only).
-  // nullptr with *error set when the file cannot be read or holds none.
+  // Every best configuration of these kernels in the database (read only):
+  // a SQLite file, or a PostgreSQL URI (postgresql://USER@HOST/DB). nullptr
+  // with *error set when it cannot be read or holds none.
   static std::unique_ptr<BestConfigs> Open(const std::string& database,
                                            const std::vector<std::string>& kernels,
                                            std::string* error);
