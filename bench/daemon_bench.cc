@@ -6,7 +6,11 @@
 // a soak (32 clients submitting and watching jobs while 32 others query
 // GetBest) in four rounds, with the daemon's resident memory after each.
 //
-//   daemon_bench [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
+//   daemon_bench [--postgres] [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
+//
+// --postgres: the GetBest loads again, side by side in the same run, on a
+// ktuned whose store is PostgreSQL (a throwaway cluster, as the tests
+// start one).
 //
 // From a bundle on another machine: KTUNE_SOURCE=<checkout>
 // KTUNED_BIN=bundle/bin/ktuned KTUNE_CLIENT_BENCH=bundle/bin/client_bench
@@ -15,6 +19,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -29,6 +34,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "ktune/v1/tuner.grpc.pb.h"
+#include "tests/testing/postgres.h"
 #include "tests/testing/process.h"
 
 namespace {
@@ -228,66 +234,65 @@ void RunOn(const std::vector<int>& cpus) {
   sched_setaffinity(0, sizeof(set), &set);
 }
 
-}  // namespace
+// A ktuned serving `db` (a file or a PostgreSQL URI), started on the
+// daemon's cores, its first job run. pid -1 when it failed.
+struct Daemon {
+  pid_t pid = -1;
+  std::string address;
+};
 
-int main(int argc, char** argv) {
-  signal(SIGPIPE, SIG_IGN);
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as ktuned does
-  const double per_load = argc > 1 ? std::atof(argv[1]) : 2.0;
-  const double soak = argc > 2 ? std::atof(argv[2]) : 60.0;
-  char dir_template[] = "/tmp/ktune_daemon_bench.XXXXXX";
-  const std::string dir = mkdtemp(dir_template);
-  const std::string db = dir + "/k.db", out = dir + "/out", err = dir + "/err";
-  const CoreSplit cores = SplitCores();
+Daemon StartDaemon(const std::string& db, const std::string& dir, const CoreSplit& cores) {
+  const std::string out = dir + "/out", err = dir + "/err";
   RunOn(cores.daemon);  // inherited by the daemon
-  const pid_t daemon = ktune::testing::Spawn(
+  Daemon d;
+  d.pid = ktune::testing::Spawn(
       kKtuned, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
       out, err);
   RunOn(cores.generator);
-  std::string address;
-  for (int i = 0; i < 2000 && address.empty(); ++i) {
+  for (int i = 0; i < 2000 && d.address.empty(); ++i) {
     const std::string text = ktune::testing::Slurp(out);
     if (const std::size_t p = text.find("listening on ");
         p != std::string::npos && text.find('\n', p) != std::string::npos) {
-      address = text.substr(p + 13, text.find('\n', p) - p - 13);
+      d.address = text.substr(p + 13, text.find('\n', p) - p - 13);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (address.empty()) {
+  if (d.address.empty()) {
     std::fprintf(stderr, "daemon_bench: ktuned did not start: %s\n",
                  ktune::testing::Slurp(err).c_str());
-    return 1;
+    kill(d.pid, SIGKILL);
+    ktune::testing::WaitExit(d.pid);
+    d.pid = -1;
   }
-  auto stub =
-      ktune::v1::Tuner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  auto run_job = [&](const ktune::v1::JobSpec& spec) {
-    grpc::ClientContext ctx;
-    ktune::v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    ktune::v1::SubmitJobResponse resp;
-    if (!stub->SubmitJob(&ctx, req, &resp).ok()) return false;
-    grpc::ClientContext wctx;
-    ktune::v1::WatchJobRequest w;
-    w.set_job_id(resp.job_id());
-    auto reader = stub->WatchJob(&wctx, w);
-    ktune::v1::JobEvent ev;
-    ktune::v1::JobState state = ktune::v1::JOB_STATE_UNSPECIFIED;
-    while (reader->Read(&ev)) {
-      if (ev.has_state()) state = ev.state();
-    }
-    return reader->Finish().ok() && state == ktune::v1::SUCCEEDED;
-  };
-  if (!run_job(Budget(100, 1))) {
-    std::fprintf(stderr, "daemon_bench: the first job failed\n");
-    return 1;
+  return d;
+}
+
+bool RunJob(ktune::v1::Tuner::Stub& stub, const ktune::v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  ktune::v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  ktune::v1::SubmitJobResponse resp;
+  if (!stub.SubmitJob(&ctx, req, &resp).ok()) return false;
+  grpc::ClientContext wctx;
+  ktune::v1::WatchJobRequest w;
+  w.set_job_id(resp.job_id());
+  auto reader = stub.WatchJob(&wctx, w);
+  ktune::v1::JobEvent ev;
+  ktune::v1::JobState state = ktune::v1::JOB_STATE_UNSPECIFIED;
+  while (reader->Read(&ev)) {
+    if (ev.has_state()) state = ev.state();
   }
-  std::printf("ktuned on %s; %s\n", address.c_str(), cores.description.c_str());
-  // Three runs of each load, then their medians: these machines are noisy.
+  return reader->Finish().ok() && state == ktune::v1::SUCCEEDED;
+}
+
+// Three runs of each load, then their medians: these machines are noisy.
+void Loads(const std::string& address, double per_load, const std::string& backend) {
+  const std::string tag = " [" + backend + "]";
   for (int clients : {1, 8, 32}) {
     std::vector<LoadResult> runs;
     for (int run = 0; run < 3; ++run) {
       runs.push_back(GetBestLoad(address, clients, per_load));
-      Print(clients, runs.back());
+      Print(clients, runs.back(), tag.c_str());
     }
     auto median = [&](double LoadResult::*field) {
       std::vector<double> v;
@@ -300,7 +305,66 @@ int main(int argc, char** argv) {
     m.p50_us = median(&LoadResult::p50_us);
     m.p99_us = median(&LoadResult::p99_us);
     for (const LoadResult& r : runs) m.failures += r.failures;
-    Print(clients, m, ", median of 3");
+    Print(clients, m, (tag + ", median of 3").c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as ktuned does
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool postgres = std::erase(args, std::string("--postgres")) > 0;
+  const double per_load = args.size() > 0 ? std::atof(args[0].c_str()) : 2.0;
+  const double soak = args.size() > 1 ? std::atof(args[1].c_str()) : 60.0;
+  char dir_template[] = "/tmp/ktune_daemon_bench.XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  const std::string db = dir + "/k.db";
+  const CoreSplit cores = SplitCores();
+  const Daemon first = StartDaemon(db, dir, cores);
+  if (first.pid < 0) return 1;
+  const pid_t daemon = first.pid;
+  const std::string address = first.address;
+  auto stub =
+      ktune::v1::Tuner::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto run_job = [&](const ktune::v1::JobSpec& spec) { return RunJob(*stub, spec); };
+  if (!run_job(Budget(100, 1))) {
+    std::fprintf(stderr, "daemon_bench: the first job failed\n");
+    return 1;
+  }
+  std::printf("ktuned on %s; %s\n", address.c_str(), cores.description.c_str());
+  Loads(address, per_load, "sqlite");
+  if (postgres) {
+    // The same, side by side, with a PostgreSQL store (a throwaway
+    // cluster on a Unix socket, fsync on).
+    ktune::testing::PostgresCluster::Options durable;
+    durable.durable = true;
+    // The server on the daemon's cores (in a fleet it has a machine of its
+    // own): its work never lands on the load generator's clock.
+    RunOn(cores.daemon);
+    absl::StatusOr<std::unique_ptr<ktune::testing::PostgresCluster>> pg =
+        ktune::testing::PostgresCluster::Start(durable);
+    RunOn(cores.generator);
+    absl::StatusOr<std::string> uri =
+        pg.ok() ? (*pg)->CreateDatabase("bench") : absl::StatusOr<std::string>(pg.status());
+    if (!uri.ok()) {
+      std::fprintf(stderr, "daemon_bench: %s\n", std::string(uri.status().message()).c_str());
+      return 1;
+    }
+    const std::string pg_dir = dir + "/pg";
+    mkdir(pg_dir.c_str(), 0755);
+    const Daemon on_pg = StartDaemon(*uri, pg_dir, cores);
+    if (on_pg.pid < 0) return 1;
+    auto pg_stub = ktune::v1::Tuner::NewStub(
+        grpc::CreateChannel(on_pg.address, grpc::InsecureChannelCredentials()));
+    if (!RunJob(*pg_stub, Budget(100, 1))) {
+      std::fprintf(stderr, "daemon_bench: the first job on PostgreSQL failed\n");
+      return 1;
+    }
+    Loads(on_pg.address, per_load, "postgres");
+    kill(on_pg.pid, SIGTERM);
+    ktune::testing::WaitExit(on_pg.pid);
   }
 
   // In process: the client library, from the database file (its own

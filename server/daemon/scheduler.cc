@@ -515,6 +515,13 @@ void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std:
     std::fprintf(stderr, "ktuned: job %s failed: %s\n", e->id.c_str(), failure.c_str());
   }
   Broadcast(*e, StateEvent(e->id, JobStateToProto(final_state)), /*last=*/true);
+  if (fleet_mode()) {  // a run slot frees: claim the fleet's next job
+    {
+      std::lock_guard<std::mutex> fl(fleet_mu_);
+      fleet_poke_ = true;
+    }
+    fleet_wake_.notify_all();
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   e->done = true;

@@ -120,7 +120,9 @@ class Scheduler {
   // Notices commits to the store by other processes (a `ktune tune --local`
   // or a `ktune merge` on this daemon's --db): at most every 200 ms it reads
   // SQLite's data_version, and a change moves best_generation(). Never
-  // blocks: when the store is busy it looks next time.
+  // blocks: when the store is busy it looks next time. (A fleet's daemon
+  // watches its PostgreSQL store's change counter from the fleet thread
+  // instead, as often.)
   void NoticeOutsideWrites();
 
  private:
@@ -214,8 +216,9 @@ class Scheduler {
   std::thread fleet_thread_;
   std::mutex fleet_mu_;
   std::condition_variable fleet_wake_;
-  bool fleet_stop_ = false;                           // guarded by fleet_mu_
-  bool fleet_poke_ = false;                           // guarded by fleet_mu_: look for work now
+  bool fleet_stop_ = false;         // guarded by fleet_mu_
+  bool fleet_poke_ = false;         // guarded by fleet_mu_: look for work now
+  std::int64_t change_count_ = -1;  // the store's change counter, as the fleet thread last read it
   std::vector<std::shared_ptr<Follower>> followers_;  // guarded by fleet_mu_
 
   std::atomic<std::uint64_t> best_generation_{0};

@@ -73,10 +73,12 @@ void Scheduler::FleetLoop() {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, false);
   std::string unreachable;  // told once until the store answers again
   auto last_beat = std::chrono::steady_clock::time_point();
+  bool poked = true;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(fleet_mu_);
       fleet_wake_.wait_for(lock, kFleetPoll, [&] { return fleet_stop_ || fleet_poke_; });
+      poked = fleet_poke_;
       fleet_poke_ = false;
       if (fleet_stop_) break;
     }
@@ -91,13 +93,29 @@ void Scheduler::FleetLoop() {
       }
     }
     FleetQueue& queue = *(*store)->fleet();
+    // What any daemon stored moves the answers' generation: GetBest reads
+    // again, and its calls never wait on the database for this.
+    bool moved = poked;
+    if (absl::StatusOr<std::int64_t> v = (*store)->ChangeCount(); v.ok()) {
+      if (change_count_ >= 0 && *v != change_count_) {
+        best_generation_.fetch_add(1);
+        moved = true;
+      }
+      change_count_ = *v;
+    }
+    // Work shows as a change (a job queued, a submission, a job's end);
+    // a lapsed lease does not, so the queue is also looked at with every
+    // heartbeat. An idle fleet costs each daemon one query per poll.
     const auto now = std::chrono::steady_clock::now();
     if (now - last_beat >= options_.lease / 3) {
       last_beat = now;
       Beat(queue);
+      moved = true;
     }
-    TakeSubmissions(queue);
-    ClaimJobs(**store);
+    if (moved) {
+      TakeSubmissions(queue);
+      ClaimJobs(**store);
+    }
   }
   // A clean stop: this daemon's running jobs end as interrupted (Shutdown
   // waits for them), so the fleet's other daemons claim them at once.
@@ -167,6 +185,16 @@ absl::Status Scheduler::OfferToFleet(Entry& e) {
     e.existed = true;
     e.record = *now;
     return absl::OkStatus();
+  }
+  // The queue's limit holds for the whole fleet.
+  if (!now.ok() || now->state == JobState::kSucceeded || now->state == JobState::kFailed ||
+      now->state == JobState::kCancelled) {
+    KTUNE_ASSIGN_OR_RETURN(const std::int64_t waiting, fleet_->Waiting());
+    if (waiting >= options_.limits.max_queued) {
+      return absl::ResourceExhaustedError(
+          StrCat("queued jobs: ", waiting,
+                 " are waiting in the fleet, this daemon's limit (--max-queued)"));
+    }
   }
   KTUNE_ASSIGN_OR_RETURN(e.record, reader_->QueueJob(e.record, &e.existed));
   KTUNE_RETURN_IF_ERROR(fleet_->Offer(e.id, FleetModelOf(e.slot->info)));

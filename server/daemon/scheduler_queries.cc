@@ -170,6 +170,7 @@ absl::StatusOr<v1::Job> Scheduler::Cancel(const v1::CancelJobRequest& request) {
 }
 
 void Scheduler::NoticeOutsideWrites() {
+  if (fleet_mode()) return;  // the fleet thread watches the store
   constexpr std::int64_t kEveryNs = 200'000'000;
   const std::int64_t now =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.clock->Now().time_since_epoch())

@@ -49,7 +49,7 @@ struct Daemon {
         {"--db", db, "--device", device, "--listen", "127.0.0.1:0", "--port-file", "/dev/fd/3",
          "--lease-seconds", std::to_string(kLeaseSeconds), "--sim-speed", "40", "--max-running",
          "2"},
-        tmp.File(name + ".out"), tmp.File(name + ".err"), &fd);
+        tmp.File(name + ".out"), tmp.File(name + ".err"), &fd, /*die_with_parent=*/true);
     address = testing::ReadLine(fd);
     close(fd);
     if (address.empty()) return false;

@@ -33,6 +33,17 @@ job = list(yaml.safe_load_all(open(src + "/deploy/k8s/tune-job.yaml")))
 assert [d["kind"] for d in job] == ["Job"]
 c = job[0]["spec"]["template"]["spec"]["containers"][0]
 assert "--local" in c["args"] and c["resources"]["limits"]["nvidia.com/gpu"] == 1
+fleet = list(yaml.safe_load_all(open(src + "/deploy/k8s/fleet.yaml")))
+assert [d["kind"] for d in fleet] == ["StatefulSet", "Service", "DaemonSet"], fleet
+daemon = fleet[2]["spec"]["template"]["spec"]["containers"][0]
+assert not any("postgresql://" in a or "password" in a.lower() for a in daemon["args"]), daemon["args"]
+env = {e["name"]: e for e in daemon["env"]}
+for name, key in (("KTUNE_DB", "uri"), ("PGPASSWORD", "password")):
+    ref = env[name]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "ktune-db", "key": key}, ref
+db = fleet[0]["spec"]["template"]["spec"]["containers"][0]
+assert {e["name"]: e for e in db["env"]}["POSTGRES_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "ktune-db"
+assert fleet[1]["spec"]["selector"] == fleet[0]["spec"]["template"]["metadata"]["labels"]
 print("manifests: ok")
 PY
 if [ -z "$ktuned" ]; then

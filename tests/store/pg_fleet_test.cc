@@ -63,6 +63,7 @@ TEST_F(FleetQueueTest, AJobIsClaimedOnceByADaemonOfItsModelHighestPriorityFirst)
   }
   ASSERT_TRUE(a->QueueJob(Job("other"), nullptr).ok());
   ASSERT_TRUE(a->fleet()->Offer("other", "M2").ok());
+  EXPECT_EQ(b->fleet()->Waiting().value(), 3);
   absl::StatusOr<std::optional<JobRecord>> first = b->fleet()->Claim("B", {"M1"}, 60s);
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(first->has_value());
@@ -73,6 +74,7 @@ TEST_F(FleetQueueTest, AJobIsClaimedOnceByADaemonOfItsModelHighestPriorityFirst)
   ASSERT_TRUE(second.ok() && second->has_value());
   EXPECT_EQ((*second)->id, "low");
   EXPECT_FALSE(a->fleet()->Claim("A", {"M1"}, 60s)->has_value());  // M2's stays
+  EXPECT_EQ(b->fleet()->Waiting().value(), 1);
   EXPECT_EQ(b->fleet()->Claim("B", {"M2", "M1"}, 60s).value()->id, "other");
 }
 

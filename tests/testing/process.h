@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,12 +55,16 @@ inline pid_t Spawn(const std::string& binary, const std::vector<std::string>& ar
 // Starts `binary args...` as Spawn does, with the write end of a new pipe
 // as the child's fd 3; *read_fd receives the read end (the caller closes
 // it). The child can say something to the test on /dev/fd/3.
+// With `die_with_parent`, the child is killed when the thread that
+// started it ends (a test that crashes leaves no daemon behind).
 inline pid_t SpawnWithPipe(const std::string& binary, const std::vector<std::string>& args,
-                           const std::string& out, const std::string& err, int* read_fd) {
+                           const std::string& out, const std::string& err, int* read_fd,
+                           bool die_with_parent = false) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return -1;
   const pid_t pid = fork();
   if (pid == 0) {
+    if (die_with_parent) prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (p[1] == 3) {
       fcntl(3, F_SETFD, 0);  // keep it across exec
     } else {

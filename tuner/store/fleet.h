@@ -72,6 +72,10 @@ class FleetQueue {
   virtual absl::StatusOr<std::string> ResolveModel(const std::string& wanted,
                                                    std::chrono::milliseconds alive) = 0;
 
+  // How many of the fleet's jobs wait to be claimed (queued or
+  // interrupted), on any model.
+  virtual absl::StatusOr<std::int64_t> Waiting() = 0;
+
   // Marks a queued job as the fleet's, to run on a GPU of `model`.
   virtual absl::Status Offer(const std::string& job_id, const std::string& model) = 0;
 

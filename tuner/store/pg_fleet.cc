@@ -96,6 +96,12 @@ ORDER BY dd.model LIMIT 1)sql",
   return r.Text(0, 0);
 }
 
+absl::StatusOr<std::int64_t> PgStore::Waiting() {
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
+SELECT count(*) FROM ktune.jobs WHERE model <> '' AND state IN ('queued', 'interrupted'))sql"));
+  return r.Int(0, 0);
+}
+
 absl::Status PgStore::Offer(const std::string& job_id, const std::string& model) {
   KTUNE_ASSIGN_OR_RETURN(
       pg::Result r,
@@ -109,21 +115,33 @@ absl::StatusOr<std::optional<JobRecord>> PgStore::Claim(const std::string& daemo
                                                         const std::vector<std::string>& models,
                                                         std::chrono::milliseconds lease) {
   if (models.empty()) return std::optional<JobRecord>();
-  KTUNE_ASSIGN_OR_RETURN(
-      pg::Result r,
-      conn_.Exec(
-          R"sql(
+  // A job whose daemon died (its lease lapsed) first, then the queue: two
+  // statements, each on its own index, so claimed jobs never slow the next
+  // claim.
+  pg::Result r;
+  for (const char* which :
+       {"state = 'running' AND lease_until < now()", "state IN ('queued', 'interrupted')"}) {
+    // Each model's first job through its index, then the first of those.
+    KTUNE_ASSIGN_OR_RETURN(
+        r,
+        conn_.Exec(
+            StrCat(R"sql(
 WITH next AS (
-  SELECT id FROM ktune.jobs
-  WHERE model = ANY($2::text[]) AND NOT cancel_asked
-    AND (state IN ('queued', 'interrupted') OR (state = 'running' AND lease_until < now()))
-  ORDER BY priority DESC, created_at, id
-  FOR UPDATE SKIP LOCKED LIMIT 1)
+  SELECT c.id FROM unnest($2::text[]) AS m(model)
+  CROSS JOIN LATERAL (
+    SELECT id, priority, created_at FROM ktune.jobs
+    WHERE model <> '' AND model = m.model AND NOT cancel_asked AND )sql",
+                   which, R"sql(
+    ORDER BY priority DESC, created_at, id
+    LIMIT 1 FOR UPDATE SKIP LOCKED) c
+  ORDER BY c.priority DESC, c.created_at, c.id LIMIT 1)
 UPDATE ktune.jobs j SET state = 'running', runner = $1, message = '', updated_at = $4,
   lease_until = now() + $3 * interval '1 millisecond'
 FROM next WHERE j.id = next.id
-RETURNING j.id)sql",
-          pg::Params().Add(daemon).Add(ArrayLiteral(models)).Add(Ms(lease)).Add(NowIso8601())));
+RETURNING j.id)sql"),
+            pg::Params().Add(daemon).Add(ArrayLiteral(models)).Add(Ms(lease)).Add(NowIso8601())));
+    if (r.rows() > 0) break;
+  }
   if (r.rows() == 0) return std::optional<JobRecord>();
   KTUNE_ASSIGN_OR_RETURN(JobRecord job, GetJob(r.Text(0, 0)));
   return std::optional<JobRecord>(std::move(job));

@@ -127,8 +127,10 @@ CREATE TRIGGER best_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.best
 ALTER TABLE ktune.jobs ADD COLUMN model TEXT NOT NULL DEFAULT '';
 ALTER TABLE ktune.jobs ADD COLUMN lease_until TIMESTAMPTZ;
 ALTER TABLE ktune.jobs ADD COLUMN cancel_asked BOOLEAN NOT NULL DEFAULT false;
-CREATE INDEX jobs_fleet_queue ON ktune.jobs (model, priority DESC, created_at)
-  WHERE model <> '' AND state IN ('queued', 'interrupted', 'running');
+CREATE INDEX jobs_fleet_queue ON ktune.jobs (model, priority DESC, created_at, id)
+  WHERE model <> '' AND state IN ('queued', 'interrupted');
+CREATE INDEX jobs_fleet_leases ON ktune.jobs (lease_until)
+  WHERE model <> '' AND state = 'running';
 CREATE INDEX jobs_runner ON ktune.jobs (runner) WHERE state = 'running';
 CREATE TABLE ktune.daemons (name TEXT PRIMARY KEY, seen_at TIMESTAMPTZ NOT NULL);
 CREATE TABLE ktune.daemon_devices (
@@ -151,6 +153,8 @@ CREATE TABLE ktune.submissions (
   code INT NOT NULL DEFAULT 0,
   error TEXT NOT NULL DEFAULT ''
 );
+CREATE TRIGGER submissions_changed AFTER INSERT OR UPDATE ON ktune.submissions
+  FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
 )sql"},
 };
 

@@ -83,6 +83,7 @@ class PgStore final : public Store, public FleetQueue {
   absl::Status Leave(const std::string& daemon) override;
   absl::StatusOr<std::string> ResolveModel(const std::string& wanted,
                                            std::chrono::milliseconds alive) override;
+  absl::StatusOr<std::int64_t> Waiting() override;
   absl::Status Offer(const std::string& job_id, const std::string& model) override;
   absl::StatusOr<std::optional<JobRecord>> Claim(const std::string& daemon,
                                                  const std::vector<std::string>& models,
