@@ -299,6 +299,16 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
     scheduler.Shutdown();
     return kExitInvalidInput;
   }
+  // A fleet's daemon whose database does not answer says so in its health
+  // status (grpc.health.v1) until it answers again.
+  if (grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService()) {
+    scheduler.OnStoreHealth([health](bool reachable) {
+      health->SetServingStatus(reachable);
+      std::fprintf(stderr, "ktuned: health: %s\n",
+                   reachable ? "serving (the store answers again)"
+                             : "not serving (the store does not answer)");
+    });
+  }
   if (absl::Status s = scheduler.Resume(); !s.ok()) {
     std::cerr << "ktuned: " << s.message() << "\n";
     server->Shutdown();

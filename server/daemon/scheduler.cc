@@ -417,6 +417,17 @@ SessionOptions Scheduler::EventsOf(const std::shared_ptr<Entry>& e, bool* wall_l
   SessionOptions so;
   so.stop = &e->stop;
   so.clock = options_.clock;
+  if (fleet_mode()) {
+    // A fleet's database may go away for a while: keep the measured
+    // candidate and wait for it, saying so.
+    so.wait_for_store = true;
+    so.on_store_retry = [id = e->id](const absl::Status& why, double retry_in_s) {
+      std::fprintf(stderr,
+                   "ktuned: job %s: cannot store its measurement (%s); keeping it and trying "
+                   "again in %.1f s\n",
+                   id.c_str(), std::string(why.message()).c_str(), retry_in_s);
+    };
+  }
   const Clock::TimePoint start = options_.clock->Now();
   const double wall_limit = options_.limits.max_wall_seconds;
   so.on_progress = [this, e, start, wall_limit, wall_limit_hit](const Progress& p) {
@@ -432,6 +443,7 @@ SessionOptions Scheduler::EventsOf(const std::shared_ptr<Entry>& e, bool* wall_l
     }
   };
   so.on_measurement = [this, e](const StoredMeasurement& m) {
+    if (m.sequence > e->last_sequence.load()) e->last_sequence.store(m.sequence);
     v1::JobEvent ev;
     ev.set_job_id(e->id);
     MeasurementToProto(m, ev.mutable_measurement());
@@ -485,6 +497,7 @@ void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std:
     std::lock_guard<std::mutex> lock(mu_);
     cancelled = e->cancelled;
     lost = e->lost;
+    e->ending = true;
   }
   if (!failure.empty()) {
     final_state = JobState::kFailed;
@@ -501,20 +514,49 @@ void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std:
     // Another daemon of the fleet runs it now: its end is that one's.
   } else if (store != nullptr) {
     // A job that another live process runs (a local `ktune tune` of the
-    // same job) stays that process's to end.
+    // same job) stays that process's to end; in a fleet, the store refuses
+    // the end of a job another daemon took over.
     absl::StatusOr<JobRecord> now = store->GetJob(e->id);
     if (!now.ok() || now->state != JobState::kRunning || !RunByAnotherProcess(now->runner)) {
-      (void)store->SetJobState(e->id, final_state, final_message);
+      const absl::Status ended = store->SetJobState(e->id, final_state, final_message);
+      lost = fleet_mode() && absl::IsFailedPrecondition(ended);
     }
   } else {
     std::lock_guard<std::mutex> rl(read_mu_);
     (void)reader_->SetJobState(e->id, final_state, final_message);
   }
+  if (fleet_mode()) {
+    if (lost) {
+      std::fprintf(stderr,
+                   "ktuned: job %s: another daemon of the fleet runs it now; stopped here\n",
+                   e->id.c_str());
+    } else {
+      std::fprintf(stderr, "ktuned: job %s ended here: %s\n", e->id.c_str(),
+                   JobStateName(final_state));
+    }
+  }
   best_generation_.fetch_add(1);
-  if (!failure.empty()) {
+  if (!failure.empty() && !lost) {
     std::fprintf(stderr, "ktuned: job %s failed: %s\n", e->id.c_str(), failure.c_str());
   }
-  Broadcast(*e, StateEvent(e->id, JobStateToProto(final_state)), /*last=*/true);
+  if (lost) {
+    // Its watchers follow it on, through the store, from what they heard.
+    std::vector<std::shared_ptr<Subscription>> moved;
+    {
+      std::lock_guard<std::mutex> lock(e->events_mu);
+      std::erase_if(e->subs, [&](const std::shared_ptr<Subscription>& sub) {
+        if (sub->replaying) return false;
+        moved.push_back(sub);
+        return true;
+      });
+    }
+    for (const auto& sub : moved) {
+      FollowElsewhere(e->id, std::max(sub->replayed_up_to, e->last_sequence.load()), sub->sink);
+    }
+    Broadcast(*e, StateEvent(e->id, v1::RUNNING), /*last=*/true);
+  } else {
+    Broadcast(*e, StateEvent(e->id, JobStateToProto(final_state)), /*last=*/true);
+  }
   if (fleet_mode()) {  // a run slot frees: claim the fleet's next job
     {
       std::lock_guard<std::mutex> fl(fleet_mu_);

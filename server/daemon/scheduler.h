@@ -107,6 +107,13 @@ class Scheduler {
                                               std::uint64_t* generation = nullptr);
   v1::ListDevicesResponse ListDevices() const;
 
+  // A fleet's daemon tells `health` whether its database answers (each
+  // heartbeat; only changes are told), for the daemon's health status.
+  // Call before Resume.
+  void OnStoreHealth(std::function<void(bool reachable)> health) {
+    store_health_ = std::move(health);
+  }
+
   // Follows a job: first its state (and with from_start its stored
   // measurements), then live events until it ends. The sink is held until
   // the last event or Unwatch.
@@ -165,7 +172,14 @@ class Scheduler {
   void StartFleet();
   void StopFleet();
   void FleetLoop();
-  void Beat(FleetQueue& queue);
+  void BeatLoop();
+  // Waits up to `most` (for a poke too, with `poked`); false once the fleet
+  // threads are to stop.
+  bool FleetWait(std::chrono::milliseconds most, bool* poked);
+  // One heartbeat: renews this daemon's leases and hears of its jobs
+  // cancelled or taken over elsewhere. UNAVAILABLE when the database does
+  // not answer.
+  absl::Status Beat(FleetQueue& queue);
   void TakeSubmissions(FleetQueue& queue);
   void ClaimJobs(Store& store);
   // Queues a planned job in the fleet's queue. REQUIRES: read_mu_ held.
@@ -214,10 +228,12 @@ class Scheduler {
   std::vector<FleetDevice> fleet_devices_;
   std::vector<std::string> models_;
   std::thread fleet_thread_;
+  std::thread beat_thread_;
   std::mutex fleet_mu_;
   std::condition_variable fleet_wake_;
-  bool fleet_stop_ = false;         // guarded by fleet_mu_
-  bool fleet_poke_ = false;         // guarded by fleet_mu_: look for work now
+  bool fleet_stop_ = false;                 // guarded by fleet_mu_
+  bool fleet_poke_ = false;                 // guarded by fleet_mu_: look for work now
+  std::function<void(bool)> store_health_;  // set before Resume
   std::int64_t change_count_ = -1;  // the store's change counter, as the fleet thread last read it
   std::vector<std::shared_ptr<Follower>> followers_;  // guarded by fleet_mu_
 

@@ -55,6 +55,11 @@ struct Scheduler::Entry {
   // A fleet's job whose lease lapsed and that another daemon took over:
   // it stops here without recording its end (guarded by Scheduler::mu_).
   bool lost = false;
+  // Its run ended and its end is being recorded (guarded by
+  // Scheduler::mu_): the heartbeat no longer speaks for it.
+  bool ending = false;
+  // The sequence of the last measurement this daemon stored (and told).
+  std::atomic<std::int64_t> last_sequence{-1};
   std::condition_variable finished;
 
   std::mutex events_mu;

@@ -51,6 +51,9 @@ void Scheduler::StartFleet() {
                    std::string(first.status().message()).c_str());
     }
   }
+  // The heartbeat has a thread and a connection of its own: planning a
+  // claimed job, or a slow query of the queue, never delays it.
+  beat_thread_ = std::thread([this] { BeatLoop(); });
   fleet_thread_ = std::thread([this] { FleetLoop(); });
 }
 
@@ -63,34 +66,66 @@ void Scheduler::StopFleet() {
   }
   fleet_wake_.notify_all();
   if (fleet_thread_.joinable()) fleet_thread_.join();
+  if (beat_thread_.joinable()) beat_thread_.join();
   for (const auto& f : followers) {
     f->stop.store(true);
     if (f->thread.joinable()) f->thread.join();
   }
 }
 
-void Scheduler::FleetLoop() {
+bool Scheduler::FleetWait(std::chrono::milliseconds most, bool* poked) {
+  std::unique_lock<std::mutex> lock(fleet_mu_);
+  if (poked == nullptr) {
+    fleet_wake_.wait_for(lock, most, [&] { return fleet_stop_; });
+  } else {
+    fleet_wake_.wait_for(lock, most, [&] { return fleet_stop_ || fleet_poke_; });
+    *poked = fleet_poke_;
+    fleet_poke_ = false;
+  }
+  return !fleet_stop_;
+}
+
+void Scheduler::BeatLoop() {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, false);
-  std::string unreachable;  // told once until the store answers again
-  auto last_beat = std::chrono::steady_clock::time_point();
-  bool poked = true;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(fleet_mu_);
-      fleet_wake_.wait_for(lock, kFleetPoll, [&] { return fleet_stop_ || fleet_poke_; });
-      poked = fleet_poke_;
-      fleet_poke_ = false;
-      if (fleet_stop_) break;
+  bool reachable = true;
+  auto told = [&](bool now, const absl::Status& why) {
+    if (now == reachable) return;
+    reachable = now;
+    if (!now) {
+      std::fprintf(stderr,
+                   "ktuned: fleet: the store does not answer (%s); running jobs go on "
+                   "measuring, keep what they measured and store it when it answers again\n",
+                   std::string(why.message()).c_str());
+    } else {
+      std::fprintf(stderr, "ktuned: fleet: the store answers again\n");
     }
+    if (store_health_) store_health_(now);
+  };
+  while (FleetWait(std::chrono::duration_cast<std::chrono::milliseconds>(options_.lease / 3),
+                   nullptr)) {
     if (!store.ok()) {
       store = Store::Open(options_.db_path, false);
       if (!store.ok()) {
-        if (unreachable.empty()) {
-          unreachable = std::string(store.status().message());
-          std::fprintf(stderr, "ktuned: fleet: %s; retrying\n", unreachable.c_str());
-        }
+        told(false, store.status());
         continue;
       }
+    }
+    const absl::Status beat = Beat(*(*store)->fleet());
+    told(beat.ok(), beat);
+  }
+  // A clean stop: this daemon's running jobs end as interrupted (Shutdown
+  // waits for them), so the fleet's other daemons claim them at once.
+  if (store.ok()) (void)(*store)->fleet()->Leave(daemon_name_);
+}
+
+void Scheduler::FleetLoop() {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, false);
+  auto last_look = std::chrono::steady_clock::time_point();
+  bool poked = true;
+  while (FleetWait(std::chrono::duration_cast<std::chrono::milliseconds>(kFleetPoll), &poked)) {
+    if (!store.ok()) {
+      store = Store::Open(options_.db_path, false);
+      if (!store.ok()) continue;  // the heartbeat's thread says so
     }
     FleetQueue& queue = *(*store)->fleet();
     // What any daemon stored moves the answers' generation: GetBest reads
@@ -104,41 +139,30 @@ void Scheduler::FleetLoop() {
       change_count_ = *v;
     }
     // Work shows as a change (a job queued, a submission, a job's end);
-    // a lapsed lease does not, so the queue is also looked at with every
-    // heartbeat. An idle fleet costs each daemon one query per poll.
+    // a lapsed lease does not, so the queue is also looked at as often as
+    // a heartbeat goes out. An idle fleet costs each daemon one query per
+    // poll.
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_beat >= options_.lease / 3) {
-      last_beat = now;
-      Beat(queue);
-      moved = true;
-    }
+    if (now - last_look >= options_.lease / 3) moved = true;
     if (moved) {
+      last_look = now;
       TakeSubmissions(queue);
       ClaimJobs(**store);
     }
   }
-  // A clean stop: this daemon's running jobs end as interrupted (Shutdown
-  // waits for them), so the fleet's other daemons claim them at once.
-  if (store.ok()) (void)(*store)->fleet()->Leave(daemon_name_);
 }
 
-void Scheduler::Beat(FleetQueue& queue) {
+absl::Status Scheduler::Beat(FleetQueue& queue) {
   std::vector<std::string> running;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, e] : active_) {
-      if (e->running) running.push_back(id);
+      if (e->running && !e->ending) running.push_back(id);
     }
   }
   absl::StatusOr<FleetBeat> beat =
       queue.Heartbeat(daemon_name_, fleet_devices_, running, options_.lease);
-  if (!beat.ok()) {
-    std::fprintf(stderr,
-                 "ktuned: fleet: heartbeat failed: %s; running jobs go on measuring, and the "
-                 "heartbeat is tried again\n",
-                 std::string(beat.status().message()).c_str());
-    return;
-  }
+  if (!beat.ok()) return beat.status();
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& id : beat->cancel) {
     if (auto it = active_.find(id); it != active_.end()) {
@@ -147,7 +171,10 @@ void Scheduler::Beat(FleetQueue& queue) {
     }
   }
   for (const std::string& id : beat->lost) {
-    if (auto it = active_.find(id); it != active_.end() && !it->second->lost) {
+    // A job whose end this daemon is recording is not lost: the end moved
+    // its state.
+    if (auto it = active_.find(id);
+        it != active_.end() && !it->second->lost && !it->second->ending) {
       it->second->lost = true;
       it->second->stop.store(true);
       std::fprintf(stderr,
@@ -156,6 +183,7 @@ void Scheduler::Beat(FleetQueue& queue) {
                    id.c_str());
     }
   }
+  return absl::OkStatus();
 }
 
 void Scheduler::TakeSubmissions(FleetQueue& queue) {
@@ -248,6 +276,12 @@ void Scheduler::ClaimJobs(Store& store) {
     (*e)->record = rec;
     (*e)->run->KeepJobId(rec.id);
     std::lock_guard<std::mutex> lock(mu_);
+    if (auto here = active_.find(rec.id);
+        accepting_ && here != active_.end() && !here->second->lost && !here->second->ending) {
+      // Still running here, its lease lapsed while the database did not
+      // answer: the claim renewed it.
+      continue;
+    }
     if (!accepting_ || active_.count(rec.id) > 0) {
       // Stopping (or still ending it here): for any daemon to claim again.
       (void)store.SetJobState(rec.id, JobState::kInterrupted, "");

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "tests/testing/postgres.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/base/process.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/fleet.h"
 #include "tuner/store/store.h"
@@ -98,6 +100,18 @@ TEST_F(FleetQueueTest, ALapsedLeaseLetsAnotherDaemonTakeTheJobAndTheFirstLearnsI
   absl::StatusOr<FleetBeat> beat = a->fleet()->Heartbeat("A", {}, {"j"}, 300ms);
   ASSERT_TRUE(beat.ok());
   EXPECT_THAT(beat->lost, ElementsAre("j"));
+  // While B's lease is live, the job's writes are B's alone.
+  StoredMeasurement m;
+  m.sequence = 0;
+  m.key = "k";
+  m.config_json = "{}";
+  m.measurement.status = CandidateStatus::kCompileError;
+  EXPECT_EQ(a->AddMeasurement("j", m).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->SetJobState("j", JobState::kInterrupted, "").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a->StartJob(Job("j"), nullptr).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(b->GetJob("j")->state, JobState::kRunning);
+  EXPECT_EQ(b->GetJob("j")->evaluations, 0);
 }
 
 TEST_F(FleetQueueTest, CancellingAQueuedJobIsImmediateARunningOnesIsToldToItsDaemon) {
@@ -152,6 +166,97 @@ TEST_F(FleetQueueTest, ASubmissionReachesADaemonOfItsModelAndItsAnswerComesBack)
   absl::StatusOr<std::optional<std::string>> refused = a->fleet()->AnswerOf(bad);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("no such strategy"));
+}
+
+// A heartbeat renews only the jobs its daemon says it runs: one left
+// running in its name but not run lapses like a dead daemon's.
+TEST_F(FleetQueueTest, AJobItsDaemonDoesNotRunLapsesThoughItsHeartbeatGoesOn) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  ASSERT_TRUE(a->QueueJob(Job("j"), nullptr).ok());
+  ASSERT_TRUE(a->fleet()->Offer("j", "M").ok());
+  ASSERT_TRUE(a->fleet()->Claim("A", {"M"}, 300ms).value().has_value());
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(150ms);
+    ASSERT_TRUE(a->fleet()->Heartbeat("A", {}, {}, 300ms).ok());
+  }
+  absl::StatusOr<std::optional<JobRecord>> taken = b->fleet()->Claim("B", {"M"}, 60s);
+  ASSERT_TRUE(taken.ok() && taken->has_value());
+  EXPECT_EQ((*taken)->runner, "B");
+}
+
+// The change counter moves once for each transaction that changes what
+// others read, and not for a heartbeat's renewed lease.
+TEST_F(FleetQueueTest, TheChangeCounterMovesOncePerWriteAndNotForAHeartbeat) {
+  std::unique_ptr<Store> a = Open();
+  const std::string self = ThisProcess()->Encode();
+  ASSERT_TRUE(a->QueueJob(Job("j"), nullptr).ok());
+  ASSERT_TRUE(a->fleet()->Offer("j", "M").ok());
+  const std::int64_t queued = a->ChangeCount().value();
+  ASSERT_TRUE(a->fleet()->Claim(self, {"M"}, 60s).value().has_value());
+  const std::int64_t claimed = a->ChangeCount().value();
+  EXPECT_EQ(claimed, queued + 1);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a->fleet()->Heartbeat(self, {}, {"j"}, 60s).ok());
+  EXPECT_EQ(a->ChangeCount().value(), claimed);
+  // One measurement writes three tables in one transaction: one change.
+  StoredMeasurement m;
+  m.sequence = 0;
+  m.key = "k";
+  m.config_json = "{}";
+  m.measurement.status = CandidateStatus::kOk;
+  m.measurement.time = Millis(1.0);
+  m.objective = 1.0;
+  m.loss = 1.0;
+  ASSERT_TRUE(a->AddMeasurement("j", m).ok());
+  EXPECT_EQ(a->ChangeCount().value(), claimed + 1);
+}
+
+// A daemon's heartbeat renews the leases of all its jobs while their
+// measurements are stored on other connections: neither waits on the
+// other in a circle (PostgreSQL would abort one as a deadlock), and every
+// measurement is stored once.
+TEST_F(FleetQueueTest, HeartbeatsAndMeasurementsOfManyJobsNeverDeadlock) {
+  std::unique_ptr<Store> beats = Open();
+  const std::string self = ThisProcess()->Encode();
+  constexpr int kJobs = 4, kEach = 60;
+  std::vector<std::string> ids;
+  for (int j = 0; j < kJobs; ++j) {
+    ids.push_back(StrCat("job", j));
+    ASSERT_TRUE(beats->QueueJob(Job(ids.back()), nullptr).ok());
+    ASSERT_TRUE(beats->fleet()->Offer(ids.back(), "M").ok());
+    ASSERT_TRUE(beats->fleet()->Claim(self, {"M"}, 60s).value().has_value());
+  }
+  std::atomic<bool> done{false};
+  std::thread heart([&] {
+    while (!done.load()) {
+      absl::StatusOr<FleetBeat> b = beats->fleet()->Heartbeat(self, {}, ids, 60s);
+      EXPECT_TRUE(b.ok()) << b.status();
+    }
+  });
+  std::vector<std::thread> writers;
+  for (int j = 0; j < kJobs; ++j) {
+    writers.emplace_back([&, j] {
+      std::unique_ptr<Store> s = Open();
+      for (int k = 0; k < kEach; ++k) {
+        StoredMeasurement m;
+        m.sequence = k;
+        m.key = StrCat("c", k);
+        m.config_json = "{}";
+        m.measurement.status = CandidateStatus::kOk;
+        m.measurement.time = Millis(1.0 + k);
+        m.objective = 1.0 + k;
+        m.loss = 1.0 + k;
+        const absl::Status st = s->AddMeasurement(ids[j], m);
+        EXPECT_TRUE(st.ok()) << st;
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  done.store(true);
+  heart.join();
+  for (const std::string& id : ids) {
+    EXPECT_EQ(beats->GetJob(id)->evaluations, kEach) << id;
+    EXPECT_EQ(beats->LoadMeasurements(id)->size(), static_cast<std::size_t>(kEach)) << id;
+  }
 }
 
 }  // namespace

@@ -297,7 +297,7 @@ TEST_P(StoreContractTest, AJobRunsUnderTheStrategyItStartsWith) {
   EXPECT_EQ(s->GetJob("q2")->strategy, "auto (bayes)");
 }
 
-TEST_P(StoreContractTest, AJobRunByALiveProcessIsNotRunTwiceAndADeadOnesReadsInterrupted) {
+TEST_P(StoreContractTest, AJobRunByALiveProcessIsNotRunTwiceNorWrittenAndADeadOnesIsTakenOver) {
   const pid_t child = StartJobInAChild(Locator(), MakeJob("job1"));
   ASSERT_GT(child, 0);
   testing::KilledAtExit reaper(child);
@@ -310,6 +310,17 @@ TEST_P(StoreContractTest, AJobRunByALiveProcessIsNotRunTwiceAndADeadOnesReadsInt
   EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(twice.status().message(), HasSubstr("already running (pid " + std::to_string(child)));
   EXPECT_EQ(s->GetJob("job1")->state, JobState::kRunning);
+  // Its writes are that process's: ours are refused, and change nothing.
+  const absl::Status add = s->AddMeasurement("job1", Ok(0, "128,1", 2.5));
+  EXPECT_EQ(add.code(), absl::StatusCode::kFailedPrecondition) << add;
+  EXPECT_THAT(add.message(), HasSubstr("already running (pid " + std::to_string(child)));
+  EXPECT_EQ(s->SetJobState("job1", JobState::kFailed, "").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->UpdateMeasurement("job1", Ok(0, "128,1", 2.5)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s->GetJob("job1")->state, JobState::kRunning);
+  EXPECT_EQ(s->GetJob("job1")->evaluations, 0);
+  EXPECT_TRUE(s->LoadMeasurements("job1")->empty());
   // Another job of the store is free to run.
   EXPECT_TRUE(s->StartJob(MakeJob("job2"), &resumed).ok());
 
@@ -328,6 +339,7 @@ TEST_P(StoreContractTest, AJobRunByALiveProcessIsNotRunTwiceAndADeadOnesReadsInt
   EXPECT_TRUE(resumed);
   EXPECT_EQ(taken->state, JobState::kRunning);
   EXPECT_EQ(taken->runner, ThisProcess()->Encode());
+  ASSERT_TRUE(s->AddMeasurement("job1", Ok(0, "128,1", 2.5)).ok());
   ASSERT_TRUE(s->SetJobState("job1", JobState::kSucceeded, "").ok());
   EXPECT_EQ(s->GetJob("job1")->state, JobState::kSucceeded);
 }

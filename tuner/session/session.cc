@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -74,10 +75,24 @@ class Session::Running {
                              std::string(s.message()));
     return s;
   }
-  // A write to the store; a failure marks the store at fault.
-  absl::Status Stored(absl::Status s) {
-    if (!s.ok()) store_fault_ = true;
-    return s;
+  // A write to the store; a failure marks the store at fault. With
+  // wait_for_store, an unreachable store is waited for (see SessionOptions).
+  absl::Status Stored(const std::function<absl::Status()>& write) {
+    double pause_s = 0.1;
+    for (int attempt = 0;; ++attempt) {
+      absl::Status s = write();
+      // Stored before the connection dropped, the answer lost on the way.
+      if (attempt > 0 && s.code() == absl::StatusCode::kAlreadyExists) return absl::OkStatus();
+      if (s.ok()) return s;
+      const bool stopping = options_.stop != nullptr && options_.stop->load();
+      if (s.code() != absl::StatusCode::kUnavailable || !options_.wait_for_store || stopping) {
+        store_fault_ = true;
+        return s;
+      }
+      if (options_.on_store_retry) options_.on_store_retry(s, pause_s);
+      std::this_thread::sleep_for(std::chrono::duration<double>(pause_s));
+      pause_s = std::min(5.0, pause_s * 2);
+    }
   }
   absl::Status Start();
   // The budget that is spent, or nullptr.
@@ -228,7 +243,7 @@ absl::Status Session::Running::Evaluate(const Config& config) {
     }
     record.measurement = std::move(m);
     record.measured_at = NowIso8601();
-    KTUNE_RETURN_IF_ERROR(Stored(store_.AddMeasurement(s_.job_id_, record)));
+    KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.AddMeasurement(s_.job_id_, record); }));
     new_cost_ += record.measurement.cost;
     fresh = true;
   }
@@ -297,7 +312,7 @@ absl::Status Session::Running::FinalRound() {
       record.loss = s_.job_.objective.Loss(contenders[i], m.time.count());
       record.measurement = std::move(m);
     }
-    KTUNE_RETURN_IF_ERROR(Stored(store_.UpdateMeasurement(s_.job_id_, record)));
+    KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.UpdateMeasurement(s_.job_id_, record); }));
     if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
       best_loss_ = *record.loss;
       progress.best_time_ms = record.measurement.time.count();
@@ -307,7 +322,7 @@ absl::Status Session::Running::FinalRound() {
     }
     if (options_.on_measurement) options_.on_measurement(record);
   }
-  KTUNE_RETURN_IF_ERROR(Stored(store_.RefreshBest(s_.job_id_)));
+  KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.RefreshBest(s_.job_id_); }));
   if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
   return absl::OkStatus();
 }

@@ -59,6 +59,13 @@ struct SessionOptions {
   // Where time budgets and Progress::wall read the time; null: the real
   // clock. Must outlive the run.
   const Clock* clock = nullptr;
+  // A store that cannot be reached (UNAVAILABLE: a fleet's database down
+  // or cut off) is waited for: the measured candidate is kept and its
+  // write tried again with growing pauses (0.1 s to 5 s) until it is
+  // stored or the run is stopped. Off, the job ends interrupted at the
+  // first failed write. `on_store_retry` hears each failed attempt.
+  bool wait_for_store = false;
+  std::function<void(const absl::Status& why, double retry_in_s)> on_store_retry;
 };
 
 // The store's record of `job` on `device` (state, counts and times unset).

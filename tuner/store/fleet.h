@@ -57,8 +57,9 @@ class FleetQueue {
   virtual ~FleetQueue() = default;
 
   // Says that `daemon` (ProcessName::Encode) lives and serves `devices`,
-  // and renews the leases of the jobs it runs (lease_until = now + lease);
-  // `running` are the jobs it believes it runs.
+  // and renews the leases (lease_until = now + lease) of `running`, the
+  // jobs it believes it runs, where they are still its own; a job in its
+  // name that it does not list lapses.
   virtual absl::StatusOr<FleetBeat> Heartbeat(const std::string& daemon,
                                               const std::vector<FleetDevice>& devices,
                                               const std::vector<std::string>& running,

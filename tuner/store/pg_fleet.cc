@@ -41,6 +41,13 @@ absl::StatusOr<FleetBeat> PgStore::Heartbeat(const std::string& daemon,
                                              const std::vector<FleetDevice>& devices,
                                              const std::vector<std::string>& running,
                                              std::chrono::milliseconds lease) {
+  return Retrying([&] { return HeartbeatOnce(daemon, devices, running, lease); });
+}
+
+absl::StatusOr<FleetBeat> PgStore::HeartbeatOnce(const std::string& daemon,
+                                                 const std::vector<FleetDevice>& devices,
+                                                 const std::vector<std::string>& running,
+                                                 std::chrono::milliseconds lease) {
   KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
   KTUNE_ASSIGN_OR_RETURN(pg::Result fresh, conn_.Exec(R"sql(
 INSERT INTO ktune.daemons (name, seen_at) VALUES ($1, now())
@@ -56,10 +63,13 @@ VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING)sql",
           pg::Params().Add(daemon).Add(d.model).Add(d.info.name).Add(d.info.uuid).Add(d.locator)));
     }
   }
-  KTUNE_RETURN_IF_ERROR(conn_.Run(R"sql(
+  // Only the jobs it runs: a job left running in its name but not run
+  // (planning it failed half-way, say) lapses and is claimed again.
+  KTUNE_RETURN_IF_ERROR(
+      conn_.Run(R"sql(
 UPDATE ktune.jobs SET lease_until = now() + $2 * interval '1 millisecond'
-WHERE runner = $1 AND state = 'running')sql",
-                                  pg::Params().Add(daemon).Add(Ms(lease))));
+WHERE runner = $1 AND state = 'running' AND id = ANY($3::text[]))sql",
+                pg::Params().Add(daemon).Add(Ms(lease)).Add(ArrayLiteral(running))));
   FleetBeat beat;
   KTUNE_ASSIGN_OR_RETURN(pg::Result asked, conn_.Exec(R"sql(
 SELECT id FROM ktune.jobs WHERE runner = $1 AND state = 'running' AND cancel_asked ORDER BY id)sql",

@@ -64,7 +64,7 @@ absl::Status LoadTable(sqlite::Db& from, pg::Conn& to, const StoreTable& table) 
 }  // namespace
 
 absl::StatusOr<MergeStats> PgStore::Merge(const MergeSource& source) {
-  absl::StatusOr<MergeStats> merged = [&]() -> absl::StatusOr<MergeStats> {
+  absl::StatusOr<MergeStats> merged = Retrying([&]() -> absl::StatusOr<MergeStats> {
     KTUNE_ASSIGN_OR_RETURN(sqlite::Db from, sqlite::Db::OpenReadOnly(source.copy_path()));
     KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
     KTUNE_RETURN_IF_ERROR(
@@ -77,7 +77,7 @@ absl::StatusOr<MergeStats> PgStore::Merge(const MergeSource& source) {
     KTUNE_ASSIGN_OR_RETURN(MergeStats stats, MergeLoaded(source.path()));
     KTUNE_RETURN_IF_ERROR(tx.Commit());
     return stats;
-  }();
+  });
   if (!merged.ok()) {
     return absl::Status(merged.status().code(),
                         StrCat("merging ", source.path(), " into ", name_, ": ",

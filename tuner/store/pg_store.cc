@@ -1,6 +1,10 @@
 #include "tuner/store/pg_store.h"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -108,17 +112,27 @@ CREATE TABLE ktune.best (
 );
 CREATE TABLE ktune.changes (id INT PRIMARY KEY CHECK (id = 1), n BIGINT NOT NULL);
 INSERT INTO ktune.changes VALUES (1, 0);
+-- Moves the counter once per transaction, at its commit (the triggers are
+-- deferred): the counter's row is locked last, after every other row the
+-- transaction writes, so it never closes a circle of waits, and a reader
+-- sees it move together with what moved it.
 CREATE FUNCTION ktune.count_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  UPDATE ktune.changes SET n = n + 1 WHERE id = 1;
+  IF current_setting('ktune.counted', true) IS DISTINCT FROM 'yes' THEN
+    PERFORM set_config('ktune.counted', 'yes', true);
+    UPDATE ktune.changes SET n = n + 1 WHERE id = 1;
+  END IF;
   RETURN NULL;
 END $$;
-CREATE TRIGGER jobs_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.jobs
-  FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
-CREATE TRIGGER measurements_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.measurements
-  FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
-CREATE TRIGGER best_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.best
-  FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
+CREATE CONSTRAINT TRIGGER jobs_added AFTER INSERT OR DELETE ON ktune.jobs
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ktune.count_change();
+CREATE CONSTRAINT TRIGGER jobs_changed AFTER UPDATE ON ktune.jobs
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ktune.count_change();
+CREATE CONSTRAINT TRIGGER measurements_changed
+  AFTER INSERT OR UPDATE OR DELETE ON ktune.measurements
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ktune.count_change();
+CREATE CONSTRAINT TRIGGER best_changed AFTER INSERT OR UPDATE OR DELETE ON ktune.best
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ktune.count_change();
 )sql"},
     // The fleet's queue (store/fleet.h): the GPU model a daemon's job
     // needs, its claim's lease, a cancellation asked of another daemon;
@@ -153,8 +167,15 @@ CREATE TABLE ktune.submissions (
   code INT NOT NULL DEFAULT 0,
   error TEXT NOT NULL DEFAULT ''
 );
-CREATE TRIGGER submissions_changed AFTER INSERT OR UPDATE ON ktune.submissions
-  FOR EACH STATEMENT EXECUTE FUNCTION ktune.count_change();
+CREATE CONSTRAINT TRIGGER submissions_changed AFTER INSERT OR UPDATE ON ktune.submissions
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION ktune.count_change();
+-- A heartbeat's renewed lease is no change to anyone else.
+DROP TRIGGER jobs_changed ON ktune.jobs;
+CREATE CONSTRAINT TRIGGER jobs_changed AFTER UPDATE ON ktune.jobs
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+  WHEN (OLD.lease_until IS NOT DISTINCT FROM NEW.lease_until OR OLD.state IS DISTINCT FROM NEW.state
+        OR OLD.runner IS DISTINCT FROM NEW.runner)
+  EXECUTE FUNCTION ktune.count_change();
 )sql"},
 };
 
@@ -327,21 +348,38 @@ absl::StatusOr<JobRecord> PgStore::QueueJob(const JobRecord& job, bool* existed)
 }
 
 absl::StatusOr<JobRecord> PgStore::RecordJob(const JobRecord& job, JobState state, bool* existed) {
+  return Retrying([&] { return RecordJobOnce(job, state, existed); });
+}
+
+absl::Status PgStore::CheckRunner(const std::string& job_id) {
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
+SELECT runner, COALESCE(lease_until > now(), false) FROM ktune.jobs
+WHERE id = $1 AND state = 'running' FOR UPDATE)sql",
+                                                  pg::Params().Add(job_id)));
+  if (r.rows() == 0) return absl::OkStatus();
+  return CheckNotRunElsewhere(job_id, r.Text(0, 0), r.Text(0, 1) == "t");
+}
+
+void PgStore::PauseBeforeRetry(int tries) {
+  // A few milliseconds, growing, so that the two sides of a deadlock do
+  // not meet again at once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * tries + getpid() % 5));
+}
+
+absl::StatusOr<JobRecord> PgStore::RecordJobOnce(const JobRecord& job, JobState state,
+                                                 bool* existed) {
   KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
   const std::optional<ProcessName> self = ThisProcess();
   const std::string runner = self ? self->Encode() : "";
+  // Never two processes on one job: the row is locked until commit, so two
+  // starting it at once take turns here.
   if (state == JobState::kRunning) {
-    // Never two processes on one job: the row is locked until commit, so
-    // two starting it at once take turns here.
-    KTUNE_ASSIGN_OR_RETURN(
-        pg::Result r, conn_.Exec("SELECT runner, state FROM ktune.jobs WHERE id = $1 FOR UPDATE",
-                                 pg::Params().Add(job.id)));
-    const std::string other = r.rows() > 0 && r.Text(0, 1) == "running" ? r.Text(0, 0) : "";
-    if (RunByAnotherProcess(other)) {
+    if (absl::Status s = CheckRunner(job.id); !s.ok()) {
+      if (!absl::IsFailedPrecondition(s)) return s;
       return absl::FailedPreconditionError(
-          StrCat("job ", job.id, " is already running (", ProcessName::Decode(other)->Describe(),
-                 "); wait for it to end, or stop that process and run the job again to resume "
-                 "it"));
+          StrCat(s.message(),
+                 "; wait for it to end, or stop that process and run the job again to "
+                 "resume it"));
     }
   }
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
@@ -387,12 +425,18 @@ ON CONFLICT (id) DO NOTHING)sql",
 
 absl::Status PgStore::SetJobState(const std::string& job_id, JobState state,
                                   const std::string& message) {
-  KTUNE_ASSIGN_OR_RETURN(
-      pg::Result r,
-      conn_.Exec("UPDATE ktune.jobs SET state = $2, message = $3, updated_at = $4 WHERE id = $1",
-                 pg::Params().Add(job_id).Add(JobStateName(state)).Add(message).Add(NowIso8601())));
-  if (r.Changed() == 0) return absl::NotFoundError(StrCat("no job ", job_id));
-  return absl::OkStatus();
+  return Retrying([&]() -> absl::Status {
+    KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
+    KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
+    KTUNE_ASSIGN_OR_RETURN(
+        pg::Result r,
+        conn_.Exec(
+            R"sql(
+UPDATE ktune.jobs SET state = $2, message = $3, updated_at = $4 WHERE id = $1)sql",
+            pg::Params().Add(job_id).Add(JobStateName(state)).Add(message).Add(NowIso8601())));
+    if (r.Changed() == 0) return absl::NotFoundError(StrCat("no job ", job_id));
+    return tx.Commit();
+  });
 }
 
 absl::Status PgStore::AddMeasurement(const std::string& job_id, const StoredMeasurement& m) {
@@ -400,7 +444,13 @@ absl::Status PgStore::AddMeasurement(const std::string& job_id, const StoredMeas
   if (r.ok() && !std::isfinite(r.time.count())) {
     return absl::InvalidArgumentError("an ok measurement needs a finite time");
   }
+  return Retrying([&] { return AddMeasurementOnce(job_id, m); });
+}
+
+absl::Status PgStore::AddMeasurementOnce(const std::string& job_id, const StoredMeasurement& m) {
+  const Measurement& r = m.measurement;
   KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
+  KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
   KTUNE_RETURN_IF_ERROR(conn_.Run(R"sql(
 INSERT INTO ktune.measurements (job_id, seq, config_key, config, status, time_ms,
   objective, loss, median_ms, mean_ms, min_ms, max_ms, q1_ms, q3_ms,
@@ -442,22 +492,30 @@ absl::Status PgStore::UpdateMeasurement(const std::string& job_id, const StoredM
   if (r.ok() && !std::isfinite(r.time.count())) {
     return absl::InvalidArgumentError("an ok measurement needs a finite time");
   }
-  // $2 (the sequence, kept) and $4 (the configuration) are the insert's;
-  // PostgreSQL wants every parameter typed, hence their casts.
-  KTUNE_ASSIGN_OR_RETURN(pg::Result u, conn_.Exec(R"sql(
+  return Retrying([&]() -> absl::Status {
+    KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
+    KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
+    // $2 (the sequence, kept) and $4 (the configuration) are the insert's;
+    // PostgreSQL wants every parameter typed, hence their casts.
+    KTUNE_ASSIGN_OR_RETURN(pg::Result u, conn_.Exec(R"sql(
 UPDATE ktune.measurements SET status = $5, time_ms = $6, objective = $7, loss = $8,
   median_ms = $9, mean_ms = $10, min_ms = $11, max_ms = $12, q1_ms = $13,
   q3_ms = $14, stddev_ms = $15, samples = $16, compile_ms = $17, cost_ms = $18,
   message = $19, measured_at = $20, conditions = $21, samples_ms = $22
 WHERE job_id = $1 AND config_key = $3 AND $2::bigint IS NOT NULL AND $4::text IS NOT NULL)sql",
-                                                  MeasurementParams(job_id, m)));
-  if (u.Changed() == 0) {
-    return absl::NotFoundError(StrCat("job ", job_id, " has no measurement of ", m.key));
-  }
-  return absl::OkStatus();
+                                                    MeasurementParams(job_id, m)));
+    if (u.Changed() == 0) {
+      return absl::NotFoundError(StrCat("job ", job_id, " has no measurement of ", m.key));
+    }
+    return tx.Commit();
+  });
 }
 
 absl::Status PgStore::RefreshBest(const std::string& job_id) {
+  return Retrying([&] { return RefreshBestOnce(job_id); });
+}
+
+absl::Status PgStore::RefreshBestOnce(const std::string& job_id) {
   KTUNE_ASSIGN_OR_RETURN(pg::Transaction tx, pg::Transaction::Begin(conn_));
   KTUNE_RETURN_IF_ERROR(conn_.Run(R"sql(
 DELETE FROM ktune.best WHERE (kernel_id, device_id, problem, objective) =

@@ -65,8 +65,9 @@ class PgStore final : public Store, public FleetQueue {
   // Copies the source's tables into temporary tables (COPY), then adds
   // what this store lacks in one transaction (store/pg_merge.cc).
   absl::StatusOr<MergeStats> Merge(const MergeSource& source) override;
-  // ktune.changes: a counter every committed write to jobs, measurements
-  // or best moves (statement triggers), visible with the write itself.
+  // ktune.changes: a counter that every committed transaction writing jobs
+  // (but for a renewed lease), measurements, best or submissions moves once
+  // (deferred triggers), visible with the write itself.
   absl::StatusOr<std::int64_t> ChangeCount() override;
   // Checks that every row reads back (jobs, measurements, best records).
   absl::Status CheckIntegrity() override;
@@ -102,11 +103,39 @@ class PgStore final : public Store, public FleetQueue {
  private:
   PgStore(pg::Conn conn, std::string name) : conn_(std::move(conn)), name_(std::move(name)) {}
   absl::StatusOr<JobRecord> RecordJob(const JobRecord& job, JobState state, bool* existed);
+  absl::StatusOr<JobRecord> RecordJobOnce(const JobRecord& job, JobState state, bool* existed);
+  absl::Status AddMeasurementOnce(const std::string& job_id, const StoredMeasurement& m);
+  absl::Status RefreshBestOnce(const std::string& job_id);
+  absl::StatusOr<FleetBeat> HeartbeatOnce(const std::string& daemon,
+                                          const std::vector<FleetDevice>& devices,
+                                          const std::vector<std::string>& running,
+                                          std::chrono::milliseconds lease);
   absl::StatusOr<std::vector<JobRecord>> ReadJobs(const pg::Result& r);
   absl::StatusOr<std::int64_t> UpsertDevice(const DeviceInfo& device);
   absl::StatusOr<std::int64_t> UpsertKernel(const JobRecord& job);
   absl::StatusOr<MergeStats> MergeLoaded(const std::string& source_name);
   absl::StatusOr<std::string> KnownArchitecture(const std::string& device) override;
+  // CheckNotRunElsewhere (store.h) for the job, whose row stays locked
+  // until the transaction ends; no job, or one not running, is no
+  // objection. REQUIRES: a transaction.
+  absl::Status CheckRunner(const std::string& job_id);
+  // Runs `attempt`, one whole transaction, again when PostgreSQL aborted
+  // it to break a deadlock or a serialization conflict (ABORTED): nothing
+  // of it was kept, so it is safe to repeat. At most five attempts.
+  template <typename F>
+  auto Retrying(F attempt) -> decltype(attempt()) {
+    for (int tries = 1;; ++tries) {
+      auto result = attempt();
+      if (tries == 5 || !AbortedBy(result)) return result;
+      PauseBeforeRetry(tries);
+    }
+  }
+  static bool AbortedBy(const absl::Status& s) { return absl::IsAborted(s); }
+  template <typename T>
+  static bool AbortedBy(const absl::StatusOr<T>& s) {
+    return absl::IsAborted(s.status());
+  }
+  static void PauseBeforeRetry(int tries);
 
   pg::Conn conn_;
   std::string name_;  // the URI without its password

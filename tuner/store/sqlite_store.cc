@@ -205,17 +205,12 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
   if (state == JobState::kRunning) {
     // Never two processes on one job: a job that a live process of this
     // host runs is refused (a dead one's job is taken over).
-    sqlite::Statement& g = stmts_->get_runner;
-    g.Bind(1, std::string_view(job.id));
-    absl::StatusOr<bool> row = g.Step();
-    const std::string other = row.ok() && *row ? g.Text(0) : "";
-    g.Reset();
-    if (!row.ok()) return row.status();
-    if (RunByAnotherProcess(other)) {
+    if (absl::Status s = CheckRunner(job.id); !s.ok()) {
+      if (!absl::IsFailedPrecondition(s)) return s;
       return absl::FailedPreconditionError(
-          StrCat("job ", job.id, " is already running (", ProcessName::Decode(other)->Describe(),
-                 "); wait for it to end, or stop that process and run the job again to resume "
-                 "it"));
+          StrCat(s.message(),
+                 "; wait for it to end, or stop that process and run the job again to "
+                 "resume it"));
     }
   }
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
@@ -260,8 +255,20 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
   return GetJob(job.id);
 }
 
+absl::Status SqliteStore::CheckRunner(const std::string& job_id) {
+  sqlite::Statement& g = stmts_->get_runner;
+  g.Bind(1, std::string_view(job_id));
+  absl::StatusOr<bool> row = g.Step();
+  const std::string runner = row.ok() && *row ? g.Text(0) : "";
+  g.Reset();
+  if (!row.ok()) return row.status();
+  return CheckNotRunElsewhere(job_id, runner, /*leased=*/false);
+}
+
 absl::Status SqliteStore::SetJobState(const std::string& job_id, JobState state,
                                       const std::string& message) {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
   sqlite::Statement& s = stmts_->set_state;
   const std::string now = NowIso8601();
   s.Bind(1, std::string_view(job_id))
@@ -272,7 +279,7 @@ absl::Status SqliteStore::SetJobState(const std::string& job_id, JobState state,
   if (sqlite3_changes(db_.get()) == 0) {
     return absl::NotFoundError(StrCat("no job ", job_id));
   }
-  return absl::OkStatus();
+  return tx.Commit();
 }
 
 namespace {
@@ -320,6 +327,7 @@ absl::Status SqliteStore::AddMeasurement(const std::string& job_id, const Stored
     return absl::InvalidArgumentError("an ok measurement needs a finite time");
   }
   KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
   sqlite::Statement& ins = stmts_->insert_measurement;
   BindMeasurement(ins, job_id, m, ConditionsToJson(r.conditions), SamplesToJson(r.samples_ms));
   KTUNE_RETURN_IF_ERROR(ins.Run());
@@ -346,13 +354,15 @@ absl::Status SqliteStore::UpdateMeasurement(const std::string& job_id, const Sto
   if (r.ok() && !std::isfinite(r.time.count())) {
     return absl::InvalidArgumentError("an ok measurement needs a finite time");
   }
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Transaction tx, sqlite::Transaction::Begin(db_));
+  KTUNE_RETURN_IF_ERROR(CheckRunner(job_id));
   sqlite::Statement& up = stmts_->update_measurement;
   BindMeasurement(up, job_id, m, ConditionsToJson(r.conditions), SamplesToJson(r.samples_ms));
   KTUNE_RETURN_IF_ERROR(up.Run());
   if (sqlite3_changes(db_.get()) == 0) {
     return absl::NotFoundError(StrCat("job ", job_id, " has no measurement of ", m.key));
   }
-  return absl::OkStatus();
+  return tx.Commit();
 }
 
 absl::Status SqliteStore::RefreshBest(const std::string& job_id) {

@@ -56,6 +56,8 @@ class SqliteStore final : public Store {
   absl::Status Snapshot(const std::string& path) override;
 
  private:
+  // CheckNotRunElsewhere (store.h) for the job, when it is running.
+  absl::Status CheckRunner(const std::string& job_id);
   friend class MergeSource;  // reads a source's kernels through db_
   explicit SqliteStore(sqlite::Db db);
   absl::Status PrepareStatements();

@@ -63,4 +63,15 @@ void MarkInterruptedIfRunnerGone(JobRecord& j) {
                                           : "run the same job again to resume it");
 }
 
+absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner,
+                                  bool leased) {
+  const std::optional<ProcessName> self = ThisProcess();
+  if (runner.empty() || (self && runner == self->Encode())) return absl::OkStatus();
+  if (!leased && LivenessOf(runner) != Liveness::kAlive) return absl::OkStatus();
+  const std::optional<ProcessName> named = ProcessName::Decode(runner);
+  return absl::FailedPreconditionError(
+      StrCat("job ", job_id, " is already running (", named ? named->Describe() : runner,
+             leased ? ", a fleet daemon holding its lease" : "", ")"));
+}
+
 }  // namespace ktune

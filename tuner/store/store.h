@@ -116,14 +116,17 @@ class Store {
   // (a job queued as "auto" runs as "auto (bayes)", say). Returns the
   // stored record and sets *resumed when it existed before.
   // FAILED_PRECONDITION when another live process of this host is running
-  // the job.
+  // the job, or (PostgreSQL) a fleet daemon whose lease on it is live.
   virtual absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed) = 0;
 
   // The same, but leaves the job queued (a daemon's job waiting its turn);
   // *existed is set when the job was stored before.
   virtual absl::StatusOr<JobRecord> QueueJob(const JobRecord& job, bool* existed) = 0;
 
-  // NOT_FOUND if there is no such job.
+  // NOT_FOUND if there is no such job. In a fleet (PostgreSQL), the
+  // writes to a job that a daemon holds the live lease of are that
+  // daemon's: from any other process this, AddMeasurement and
+  // UpdateMeasurement return FAILED_PRECONDITION and change nothing.
   virtual absl::Status SetJobState(const std::string& job_id, JobState state,
                                    const std::string& message) = 0;
 
@@ -217,6 +220,13 @@ class Store {
 // marked interrupted, with a message that says so. Backends call it on
 // every job they read.
 void MarkInterruptedIfRunnerGone(JobRecord& job);
+
+// Whether `runner`, the process that a running job's row names, is another
+// process that owns the job now: a live process of this host, or a fleet
+// daemon whose lease on it is live (`leased`). FAILED_PRECONDITION naming
+// it if so; backends check it before a job's writes.
+absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner,
+                                  bool leased);
 
 }  // namespace ktune
 
