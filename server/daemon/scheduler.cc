@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "server/common/convert.h"
 #include "server/daemon/scheduler_entry.h"
-#include "tuner/base/process.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/device/device_group.h"
@@ -513,14 +512,11 @@ void Scheduler::Finish(const std::shared_ptr<Entry>& e, Store* store, const std:
   if (lost) {
     // Another daemon of the fleet runs it now: its end is that one's.
   } else if (store != nullptr) {
-    // A job that another live process runs (a local `ktune tune` of the
-    // same job) stays that process's to end; in a fleet, the store refuses
-    // the end of a job another daemon took over.
-    absl::StatusOr<JobRecord> now = store->GetJob(e->id);
-    if (!now.ok() || now->state != JobState::kRunning || !RunByAnotherProcess(now->runner)) {
-      const absl::Status ended = store->SetJobState(e->id, final_state, final_message);
-      lost = fleet_mode() && absl::IsFailedPrecondition(ended);
-    }
+    // A job that another live process runs now (a local `ktune tune` of
+    // the same job, or in a fleet a daemon that took it over) stays that
+    // process's to end: the store refuses the write.
+    const absl::Status ended = store->SetJobState(e->id, final_state, final_message);
+    lost = fleet_mode() && absl::IsFailedPrecondition(ended);
   } else {
     std::lock_guard<std::mutex> rl(read_mu_);
     (void)reader_->SetJobState(e->id, final_state, final_message);

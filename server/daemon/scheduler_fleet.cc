@@ -122,7 +122,7 @@ void Scheduler::FleetLoop() {
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.db_path, false);
   auto last_look = std::chrono::steady_clock::time_point();
   bool poked = true;
-  while (FleetWait(std::chrono::duration_cast<std::chrono::milliseconds>(kFleetPoll), &poked)) {
+  while (FleetWait(kFleetPoll, &poked)) {
     if (!store.ok()) {
       store = Store::Open(options_.db_path, false);
       if (!store.ok()) continue;  // the heartbeat's thread says so

@@ -351,13 +351,13 @@ absl::StatusOr<JobRecord> PgStore::RecordJob(const JobRecord& job, JobState stat
   return Retrying([&] { return RecordJobOnce(job, state, existed); });
 }
 
-absl::Status PgStore::CheckRunner(const std::string& job_id) {
+absl::Status PgStore::CheckRunner(const std::string& job_id, bool to_start) {
   KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
 SELECT runner, COALESCE(lease_until > now(), false) FROM ktune.jobs
 WHERE id = $1 AND state = 'running' FOR UPDATE)sql",
                                                   pg::Params().Add(job_id)));
   if (r.rows() == 0) return absl::OkStatus();
-  return CheckNotRunElsewhere(job_id, r.Text(0, 0), r.Text(0, 1) == "t");
+  return CheckNotRunElsewhere(job_id, r.Text(0, 0), r.Text(0, 1) == "t", to_start);
 }
 
 void PgStore::PauseBeforeRetry(int tries) {
@@ -374,13 +374,7 @@ absl::StatusOr<JobRecord> PgStore::RecordJobOnce(const JobRecord& job, JobState 
   // Never two processes on one job: the row is locked until commit, so two
   // starting it at once take turns here.
   if (state == JobState::kRunning) {
-    if (absl::Status s = CheckRunner(job.id); !s.ok()) {
-      if (!absl::IsFailedPrecondition(s)) return s;
-      return absl::FailedPreconditionError(
-          StrCat(s.message(),
-                 "; wait for it to end, or stop that process and run the job again to "
-                 "resume it"));
-    }
+    KTUNE_RETURN_IF_ERROR(CheckRunner(job.id, /*to_start=*/true));
   }
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t kernel_id, UpsertKernel(job));

@@ -118,7 +118,7 @@ class PgStore final : public Store, public FleetQueue {
   // CheckNotRunElsewhere (store.h) for the job, whose row stays locked
   // until the transaction ends; no job, or one not running, is no
   // objection. REQUIRES: a transaction.
-  absl::Status CheckRunner(const std::string& job_id);
+  absl::Status CheckRunner(const std::string& job_id, bool to_start = false);
   // Runs `attempt`, one whole transaction, again when PostgreSQL aborted
   // it to break a deadlock or a serialization conflict (ABORTED): nothing
   // of it was kept, so it is safe to repeat. At most five attempts.

@@ -205,13 +205,7 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
   if (state == JobState::kRunning) {
     // Never two processes on one job: a job that a live process of this
     // host runs is refused (a dead one's job is taken over).
-    if (absl::Status s = CheckRunner(job.id); !s.ok()) {
-      if (!absl::IsFailedPrecondition(s)) return s;
-      return absl::FailedPreconditionError(
-          StrCat(s.message(),
-                 "; wait for it to end, or stop that process and run the job again to "
-                 "resume it"));
-    }
+    KTUNE_RETURN_IF_ERROR(CheckRunner(job.id, /*to_start=*/true));
   }
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t device_id, UpsertDevice(job.device));
   KTUNE_ASSIGN_OR_RETURN(const std::int64_t kernel_id, UpsertKernel(job));
@@ -255,14 +249,14 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
   return GetJob(job.id);
 }
 
-absl::Status SqliteStore::CheckRunner(const std::string& job_id) {
+absl::Status SqliteStore::CheckRunner(const std::string& job_id, bool to_start) {
   sqlite::Statement& g = stmts_->get_runner;
   g.Bind(1, std::string_view(job_id));
   absl::StatusOr<bool> row = g.Step();
   const std::string runner = row.ok() && *row ? g.Text(0) : "";
   g.Reset();
   if (!row.ok()) return row.status();
-  return CheckNotRunElsewhere(job_id, runner, /*leased=*/false);
+  return CheckNotRunElsewhere(job_id, runner, /*leased=*/false, to_start);
 }
 
 absl::Status SqliteStore::SetJobState(const std::string& job_id, JobState state,

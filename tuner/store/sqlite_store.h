@@ -57,7 +57,7 @@ class SqliteStore final : public Store {
 
  private:
   // CheckNotRunElsewhere (store.h) for the job, when it is running.
-  absl::Status CheckRunner(const std::string& job_id);
+  absl::Status CheckRunner(const std::string& job_id, bool to_start = false);
   friend class MergeSource;  // reads a source's kernels through db_
   explicit SqliteStore(sqlite::Db db);
   absl::Status PrepareStatements();

@@ -63,15 +63,18 @@ void MarkInterruptedIfRunnerGone(JobRecord& j) {
                                           : "run the same job again to resume it");
 }
 
-absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner,
-                                  bool leased) {
+absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner, bool leased,
+                                  bool to_start) {
   const std::optional<ProcessName> self = ThisProcess();
   if (runner.empty() || (self && runner == self->Encode())) return absl::OkStatus();
   if (!leased && LivenessOf(runner) != Liveness::kAlive) return absl::OkStatus();
   const std::optional<ProcessName> named = ProcessName::Decode(runner);
   return absl::FailedPreconditionError(
       StrCat("job ", job_id, " is already running (", named ? named->Describe() : runner,
-             leased ? ", a fleet daemon holding its lease" : "", ")"));
+             leased ? ", a fleet daemon holding its lease" : "", ")",
+             to_start ? "; wait for it to end, or stop that process and run the job again to "
+                        "resume it"
+                      : ""));
 }
 
 }  // namespace ktune

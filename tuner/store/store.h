@@ -224,9 +224,10 @@ void MarkInterruptedIfRunnerGone(JobRecord& job);
 // Whether `runner`, the process that a running job's row names, is another
 // process that owns the job now: a live process of this host, or a fleet
 // daemon whose lease on it is live (`leased`). FAILED_PRECONDITION naming
-// it if so; backends check it before a job's writes.
-absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner,
-                                  bool leased);
+// it if so (`to_start`: and how to run it once that one is done);
+// backends check it before a job's writes.
+absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner, bool leased,
+                                  bool to_start);
 
 }  // namespace ktune
 
