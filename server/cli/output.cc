@@ -52,6 +52,7 @@ Json JobToJson(const JobRecord& job) {
   j.Set("state", JobStateName(job.state));
   j.Set("message", job.message);
   j.Set("evaluations", job.evaluations);
+  if (!job.client.empty()) j.Set("client", job.client);
   j.Set("created_at", job.created_at);
   j.Set("updated_at", job.updated_at);
   absl::StatusOr<Json> spec = ParseJson(job.spec_json);
@@ -311,8 +312,9 @@ void PrintShow(const JobRecord& job, const std::vector<StoredMeasurement>& ms, b
             << "kernel    " << job.kernel_name << "\n"
             << "device    " << job.device.name << " [" << job.device.id << "]\n"
             << "problem   " << ProblemToJson(job.problem) << "\n"
-            << "strategy  " << job.strategy << ", seed " << job.seed << "\n"
-            << "evaluated " << job.evaluations << "\n\n";
+            << "strategy  " << job.strategy << ", seed " << job.seed << "\n";
+  if (!job.client.empty()) std::cout << "client    " << job.client << "\n";
+  std::cout << "evaluated " << job.evaluations << "\n\n";
   std::printf("%6s  %-32s  %-22s  %-12s  %s\n", "SEQ", "KEY", "STATUS", "TIME", "CONDITIONS");
   for (const StoredMeasurement& m : ms) {
     std::printf("%6lld  %-32s  %-22s  %-12s  %s\n", static_cast<long long>(m.sequence),

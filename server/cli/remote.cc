@@ -1,9 +1,11 @@
 #include "server/cli/remote.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "server/cli/progress_line.h"
@@ -69,6 +71,20 @@ absl::StatusOr<Connection> Connect(const Args& args) {
   }
   c.stub = v1::Tuner::NewStub(grpc::CreateChannel(c.address, creds));
   return c;
+}
+
+std::string DefaultClientName() {
+  std::string user;
+  if (const char* u = std::getenv("USER"); u != nullptr && *u != '\0') {
+    user = u;
+  } else if (const passwd* pw = getpwuid(getuid()); pw != nullptr) {
+    user = pw->pw_name;
+  } else {
+    user = std::to_string(getuid());
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return StrCat(user, "@", host);
 }
 
 void Setup(grpc::ClientContext& ctx, const Connection& c, double seconds) {

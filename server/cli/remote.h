@@ -29,6 +29,9 @@ struct Connection {
 // INVALID_ARGUMENT naming the flag.
 absl::StatusOr<Connection> Connect(const Args& args);
 
+// Who this client is to a daemon's per-client limits: USER@HOST.
+std::string DefaultClientName();
+
 // A call's deadline (`seconds` from now) and the bearer token.
 void Setup(grpc::ClientContext& ctx, const Connection& c, double seconds);
 

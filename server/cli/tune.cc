@@ -62,7 +62,9 @@ const CommandSpec kTuneCommand{
          {"emit-header", "FILE", "write the best configuration as a C/C++ header (implies --wait)"},
          {"header-style", "STYLE", "define (default: #define name value) or constexpr"},
          {"emit-json", "FILE", "write the result as JSON (implies --wait)"},
-         {"priority", "N", "with --server: higher runs first among queued jobs (default 0)"}}),
+         {"priority", "N", "with --server: higher runs first among queued jobs (default 0)"},
+         {"client", "NAME",
+          "with --server: who submits, for the daemon's per-client limits (default USER@HOST)"}}),
     1};
 
 TuneSummary SummaryOfRun(const Job& job, const DeviceInfo& device, const JobRunResult& r) {
@@ -179,7 +181,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
                    "give --local to run here, or --server ADDR to send the job to a ktuned "
                    "daemon"};
   }
-  for (const char* remote_only : {"wait", "priority"}) {
+  for (const char* remote_only : {"wait", "priority", "client"}) {
     if (args.Has(remote_only)) {
       return Failure{kExitInvalidInput, StrCat("--", remote_only, ": only with --server")};
     }
@@ -264,6 +266,7 @@ std::optional<Failure> RemoteTune(const Connection& c, const Args& args, int* ex
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   req.set_priority(static_cast<std::int32_t>(priority->value_or(0)));
+  req.set_client(args.Get("client").value_or(DefaultClientName()));
   v1::SubmitJobResponse resp;
   {
     grpc::ClientContext ctx;

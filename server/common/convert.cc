@@ -184,6 +184,7 @@ void JobToProto(const JobRecord& j, v1::Job* out) {
   out->set_priority(j.priority);
   out->set_strategy(j.strategy);
   out->set_source_hash(j.source_hash);
+  out->set_client(j.client);
 }
 
 JobRecord JobFromProto(const v1::Job& j) {
@@ -203,6 +204,7 @@ JobRecord JobFromProto(const v1::Job& j) {
   out.created_at = TimeFromProto(j.created_at());
   out.updated_at = TimeFromProto(j.updated_at());
   out.priority = j.priority();
+  out.client = j.client();
   out.origin = "daemon";
   return out;
 }

@@ -23,6 +23,24 @@ bool Finished(JobState s) {
   return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
 }
 
+// A client's name is a label in messages, metrics and the store: short
+// and printable.
+absl::Status CheckClientName(const std::string& client) {
+  constexpr std::size_t kMost = 128;
+  if (client.size() > kMost) {
+    return absl::InvalidArgumentError(
+        StrCat("client: ", client.size(), " characters, over the ", kMost, " a name may have"));
+  }
+  for (std::size_t i = 0; i < client.size(); ++i) {
+    const auto c = static_cast<unsigned char>(client[i]);
+    if (c < 0x20 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          StrCat("client: character ", i + 1, " is not printable ASCII"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 double Seconds(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
 
 void SetSeconds(double s, google::protobuf::Duration* d) {
@@ -145,7 +163,8 @@ absl::Status Scheduler::Resume() {
                                  "could not resume: the stored spec is damaged");
       continue;
     }
-    absl::StatusOr<std::shared_ptr<Entry>> e = Prepare(spec, j.priority, /*resuming=*/true);
+    absl::StatusOr<std::shared_ptr<Entry>> e =
+        Prepare(spec, j.priority, j.client, /*resuming=*/true);
     if (!e.ok()) {
       (void)reader_->SetJobState(j.id, JobState::kFailed,
                                  StrCat("could not resume: ", e.status().message()));
@@ -280,12 +299,25 @@ absl::Status Scheduler::CheckSize(const Job& job) const {
 }
 
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Prepare(v1::JobSpec spec, int priority,
+                                                                     const std::string& client,
                                                                      bool resuming) {
-  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e, Plan(std::move(spec), priority, resuming));
+  KTUNE_ASSIGN_OR_RETURN(std::shared_ptr<Entry> e,
+                         Plan(std::move(spec), priority, client, resuming));
   return Enqueue(std::move(e), resuming);
 }
 
+absl::Status Scheduler::CheckClientLimit(const std::string& client, std::int64_t unfinished,
+                                         bool fleet) const {
+  const int limit = options_.limits.max_jobs_per_client;
+  if (limit <= 0 || unfinished < limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      StrCat("client '", client, "' has ", unfinished, " jobs queued or running",
+             fleet ? " in the fleet" : "", ", this daemon's limit per client ",
+             "(--max-jobs-per-client); submit again once one ends"));
+}
+
 absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Plan(v1::JobSpec spec, int priority,
+                                                                  const std::string& client,
                                                                   bool resuming) {
   KTUNE_ASSIGN_OR_RETURN(std::vector<DeviceSlot*> slots, SelectSlots(spec));
   DeviceSlot* slot = slots.front();
@@ -335,6 +367,7 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Plan(v1::JobSpec sp
   e->record = MakeJobRecord(run.job(), slot->info);
   e->record.origin = "daemon";
   e->record.priority = priority;
+  e->record.client = client;
   e->id = e->record.id;
   e->run.emplace(std::move(run));
   if (!replays.empty()) {
@@ -359,6 +392,13 @@ absl::StatusOr<std::shared_ptr<Scheduler::Entry>> Scheduler::Enqueue(std::shared
   if (!resuming && static_cast<int>(queue_.size()) >= options_.limits.max_queued) {
     return absl::ResourceExhaustedError(
         StrCat("queued jobs: ", queue_.size(), " are waiting, this daemon's limit (--max-queued)"));
+  }
+  if (!resuming) {
+    const std::string& client = e->record.client;
+    const auto unfinished = std::count_if(active_.begin(), active_.end(), [&](const auto& a) {
+      return a.second->record.client == client;
+    });
+    KTUNE_RETURN_IF_ERROR(CheckClientLimit(client, unfinished, /*fleet=*/false));
   }
   {
     std::lock_guard<std::mutex> rl(read_mu_);
@@ -576,6 +616,7 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
   if (request.priority() < -1000 || request.priority() > 1000) {
     return absl::InvalidArgumentError("priority: must lie in [-1000, 1000]");
   }
+  KTUNE_RETURN_IF_ERROR(CheckClientName(request.client()));
   if (const std::size_t bytes = request.ByteSizeLong();
       bytes > static_cast<std::size_t>(options_.limits.max_request_bytes)) {
     return absl::ResourceExhaustedError(
@@ -590,7 +631,8 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::Submit(const v1::SubmitJobReque
       !SelectSlots(request.spec()).ok()) {
     return HandOver(request, request.spec().device().devices(0));
   }
-  absl::StatusOr<std::shared_ptr<Entry>> e = Prepare(request.spec(), request.priority(), false);
+  absl::StatusOr<std::shared_ptr<Entry>> e =
+      Prepare(request.spec(), request.priority(), request.client(), false);
   if (!e.ok()) return e.status();
   v1::SubmitJobResponse out;
   out.set_job_id((*e)->id);

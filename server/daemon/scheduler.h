@@ -43,8 +43,11 @@
 namespace ktune {
 
 struct SchedulerLimits {
-  int max_running = 4;                  // jobs running at once (all devices)
-  int max_queued = 256;                 // jobs waiting
+  int max_running = 4;   // jobs running at once (all devices)
+  int max_queued = 256;  // jobs waiting
+  // Jobs one client (SubmitJobRequest.client) may have queued or running
+  // at once, counted over the whole fleet with a PostgreSQL store; 0: none.
+  int max_jobs_per_client = 0;
   std::int64_t max_evaluations = 0;     // per job; 0: none
   double max_space = 0;                 // configurations per job; 0: none
   double max_wall_seconds = 0;          // per job; 0: none
@@ -145,10 +148,17 @@ class Scheduler {
   absl::Status ApplyLimits(v1::JobSpec& spec) const;
   // The daemon's limits on the space and the arguments' memory.
   absl::Status CheckSize(const Job& job) const;
-  // The job planned on this daemon's devices, not yet queued.
-  absl::StatusOr<std::shared_ptr<Entry>> Plan(v1::JobSpec spec, int priority, bool resuming);
+  // The job planned on this daemon's devices, not yet queued; `client`
+  // submitted it.
+  absl::StatusOr<std::shared_ptr<Entry>> Plan(v1::JobSpec spec, int priority,
+                                              const std::string& client, bool resuming);
   // Plan, then Enqueue.
-  absl::StatusOr<std::shared_ptr<Entry>> Prepare(v1::JobSpec spec, int priority, bool resuming);
+  absl::StatusOr<std::shared_ptr<Entry>> Prepare(v1::JobSpec spec, int priority,
+                                                 const std::string& client, bool resuming);
+  // RESOURCE_EXHAUSTED when `client` already has `unfinished` jobs queued or
+  // running and that is its limit (--max-jobs-per-client).
+  absl::Status CheckClientLimit(const std::string& client, std::int64_t unfinished,
+                                bool fleet) const;
   // Records the job queued and queues it (or finds it here already).
   absl::StatusOr<std::shared_ptr<Entry>> Enqueue(std::shared_ptr<Entry> entry, bool resuming);
   void Dispatch();  // REQUIRES: mu_ held

@@ -194,7 +194,7 @@ void Scheduler::TakeSubmissions(FleetQueue& queue) {
     v1::JobSpec spec;
     absl::StatusOr<std::shared_ptr<Entry>> e =
         spec.ParseFromString(sub.spec)
-            ? Prepare(spec, sub.priority, /*resuming=*/false)
+            ? Prepare(spec, sub.priority, sub.client, /*resuming=*/false)
             : absl::StatusOr<std::shared_ptr<Entry>>(
                   absl::InvalidArgumentError("spec: the handed-over spec is damaged"));
     if (e.ok()) {
@@ -222,6 +222,10 @@ absl::Status Scheduler::OfferToFleet(Entry& e) {
       return absl::ResourceExhaustedError(
           StrCat("queued jobs: ", waiting,
                  " are waiting in the fleet, this daemon's limit (--max-queued)"));
+    }
+    if (options_.limits.max_jobs_per_client > 0) {
+      KTUNE_ASSIGN_OR_RETURN(const std::int64_t unfinished, fleet_->Unfinished(e.record.client));
+      KTUNE_RETURN_IF_ERROR(CheckClientLimit(e.record.client, unfinished, /*fleet=*/true));
     }
   }
   KTUNE_ASSIGN_OR_RETURN(e.record, reader_->QueueJob(e.record, &e.existed));
@@ -265,7 +269,7 @@ void Scheduler::ClaimJobs(Store& store) {
       }
     }
     absl::StatusOr<std::shared_ptr<Entry>> e =
-        planned.ok() ? Plan(spec, rec.priority, /*resuming=*/true)
+        planned.ok() ? Plan(spec, rec.priority, rec.client, /*resuming=*/true)
                      : absl::StatusOr<std::shared_ptr<Entry>>(planned);
     if (!e.ok()) {
       (void)store.SetJobState(rec.id, JobState::kFailed,
@@ -306,8 +310,8 @@ absl::StatusOr<v1::SubmitJobResponse> Scheduler::HandOver(const v1::SubmitJobReq
     if (!model.ok()) {
       return absl::InvalidArgumentError(StrCat("device.devices: ", model.status().message()));
     }
-    KTUNE_ASSIGN_OR_RETURN(
-        id, fleet_->Hand(request.spec().SerializeAsString(), request.priority(), *model));
+    KTUNE_ASSIGN_OR_RETURN(id, fleet_->Hand(request.spec().SerializeAsString(), request.priority(),
+                                            *model, request.client()));
   }
   // A daemon of the model plans it within its next look for work.
   const auto deadline = std::chrono::steady_clock::now() + options_.lease * 2;

@@ -170,11 +170,39 @@ bool TunerService::Authorized(grpc::CallbackServerContext* ctx) const {
     }                                                                               \
   } while (false)
 
+namespace {
+
+// Who a submission is from, for the per-client limits: a verified client
+// certificate's name cannot be claimed by another, so it wins over the
+// name a client gives itself; a client that gives none is its peer's
+// address, without the port (a new port each connection).
+std::string ClientOf(const grpc::CallbackServerContext& ctx, const std::string& declared) {
+  const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    for (const grpc::string_ref& name : auth->FindPropertyValues("x509_common_name")) {
+      return std::string(name.data(), name.size());
+    }
+  }
+  if (!declared.empty()) return declared;
+  std::string peer = ctx.peer();
+  if (peer.rfind("unix:", 0) == 0) return "unix";
+  if (const std::size_t colon = peer.rfind(':'); colon != std::string::npos) peer.resize(colon);
+  return peer;
+}
+
+}  // namespace
+
 grpc::ServerUnaryReactor* TunerService::SubmitJob(grpc::CallbackServerContext* ctx,
                                                   const v1::SubmitJobRequest* request,
                                                   v1::SubmitJobResponse* response) {
   KTUNE_CHECK_AUTH(ctx);
-  return Async(ctx, pool_, response, [this, request] { return scheduler_.Submit(*request); });
+  std::string client = ClientOf(*ctx, request->client());
+  return Async(ctx, pool_, response, [this, request, client = std::move(client)] {
+    if (client == request->client()) return scheduler_.Submit(*request);
+    v1::SubmitJobRequest named = *request;
+    named.set_client(client);
+    return scheduler_.Submit(named);
+  });
 }
 
 grpc::ServerUnaryReactor* TunerService::GetJob(grpc::CallbackServerContext* ctx,

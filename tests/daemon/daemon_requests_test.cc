@@ -380,6 +380,53 @@ TEST_F(DaemonTest, QueueLimitIsResourceExhausted) {
   EXPECT_THAT(s.error_message(), HasSubstr("--max-queued"));
 }
 
+// A client's queued and running jobs are limited; the limit counts each
+// client apart, resubmitting a job it has is no new job, and a job's end
+// makes room.
+TEST_F(DaemonTest, EachClientsJobsAreLimited) {
+  ASSERT_TRUE(StartDaemon({"--device", kConv, "--max-running", "1", "--max-jobs-per-client", "2",
+                           "--sim-speed", "20"}));
+  auto submit = [&](int seed, const std::string& client, v1::SubmitJobResponse* r) {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = Budget(500, seed);
+    req.set_client(client);
+    return stub_->SubmitJob(&ctx, req, r);
+  };
+  v1::SubmitJobResponse first, second, r;
+  ASSERT_TRUE(submit(1, "ann@h1", &first).ok());   // runs
+  ASSERT_TRUE(submit(2, "ann@h1", &second).ok());  // waits
+  EXPECT_EQ(first.job().client(), "ann@h1");
+  const grpc::Status over = submit(3, "ann@h1", &r);
+  EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(over.error_message(),
+            "client 'ann@h1' has 2 jobs queued or running, this daemon's limit per client "
+            "(--max-jobs-per-client); submit again once one ends");
+  EXPECT_TRUE(submit(2, "ann@h1", &r).ok());  // the same job again
+  EXPECT_TRUE(r.resumed());
+  ASSERT_TRUE(submit(3, "bob@h2", &r).ok());
+  ASSERT_TRUE(submit(4, "bob@h2", &r).ok());
+  // A client that names none is its address.
+  ASSERT_TRUE(submit(5, "", &r).ok());
+  EXPECT_EQ(r.job().client(), "ipv4:127.0.0.1");
+  // The command line names itself, or as told.
+  const RunResult cli = Cli({"tune", "--max-evals", "500", "--seed", "6", "--client", "ann@h1"});
+  EXPECT_EQ(cli.code, 1);
+  EXPECT_THAT(cli.err, HasSubstr("client 'ann@h1' has 2 jobs queued or running"));
+  EXPECT_EQ(Cli({"tune", "--max-evals", "500", "--seed", "7", "--client", "x\ty"}).code, 2);
+  // Once one of ann's jobs ends, she may submit another.
+  {
+    grpc::ClientContext ctx;
+    Deadline(ctx);
+    v1::CancelJobRequest req;
+    req.set_job_id(second.job_id());
+    v1::Job cancelled;
+    ASSERT_TRUE(stub_->CancelJob(&ctx, req, &cancelled).ok());
+  }
+  EXPECT_TRUE(submit(3, "ann@h1", &r).ok());
+}
+
 TEST_F(DaemonTest, TokensAndAddresses) {
   std::string failure;
   EXPECT_FALSE(StartDaemon({"--device", kConv, "--listen", "0.0.0.0:0"}, &failure));
@@ -447,6 +494,37 @@ TEST_F(DaemonTest, TlsWithAToken) {
   };
   EXPECT_THAT(handshake("tls1_1"), HasSubstr("Cipher is (NONE)"));
   EXPECT_THAT(handshake("tls1_2"), HasSubstr("New, TLSv1.2, Cipher is "));
+}
+
+// With mutual TLS a client is the name its certificate gives, whatever
+// name it claims: the per-client limits cannot be dodged by renaming.
+TEST_F(DaemonTest, AClientCertificateNamesTheClient) {
+  if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
+  auto make = [&](const std::string& name, const std::string& subject) {
+    const std::string cmd =
+        StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=", subject,
+               " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
+               File(name + "-key.pem"), " -out ", File(name + ".pem"), " 2>/dev/null");
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  };
+  make("server", "localhost");
+  make("ann", "ann");
+  ASSERT_TRUE(
+      StartDaemon({"--device", kConv, "--listen", "localhost:0", "--tls-cert", File("server.pem"),
+                   "--tls-key", File("server-key.pem"), "--tls-client-ca", File("ann.pem")}));
+  const std::vector<std::string> tls = {"--tls-ca",      File("server.pem"), "--tls-cert",
+                                        File("ann.pem"), "--tls-key",        File("ann-key.pem")};
+  std::vector<std::string> tune = {"tune", "--max-evals", "3", "--client", "mallory", "--json"};
+  tune.insert(tune.end(), tls.begin(), tls.end());
+  const RunResult queued = Cli(tune);
+  ASSERT_EQ(queued.code, 0) << queued.err;
+  const std::size_t at = queued.out.find("\"job_id\":\"") + 10;
+  const std::string id = queued.out.substr(at, queued.out.find('"', at) - at);
+  std::vector<std::string> show = {"show", id, "--json"};
+  show.insert(show.end(), tls.begin(), tls.end());
+  const RunResult shown = Cli(show);
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, HasSubstr("\"client\":\"ann\""));
 }
 
 }  // namespace

@@ -45,14 +45,25 @@ struct Daemon {
   std::unique_ptr<v1::Tuner::Stub> stub;
 
   bool Start(const std::string& db, const std::string& device, const testing::TempDir& tmp,
-             const std::string& name) {
+             const std::string& name, const std::vector<std::string>& extra = {}) {
     int fd = -1;
-    pid = testing::SpawnWithPipe(
-        KTUNED_PATH,
-        {"--db", db, "--device", device, "--listen", "127.0.0.1:0", "--port-file", "/dev/fd/3",
-         "--lease-seconds", std::to_string(kLeaseSeconds), "--sim-speed", "40", "--max-running",
-         "2"},
-        tmp.File(name + ".out"), tmp.File(name + ".err"), &fd, /*die_with_parent=*/true);
+    std::vector<std::string> args = {"--db",
+                                     db,
+                                     "--device",
+                                     device,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--port-file",
+                                     "/dev/fd/3",
+                                     "--lease-seconds",
+                                     std::to_string(kLeaseSeconds),
+                                     "--sim-speed",
+                                     "40",
+                                     "--max-running",
+                                     "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid = testing::SpawnWithPipe(KTUNED_PATH, args, tmp.File(name + ".out"),
+                                 tmp.File(name + ".err"), &fd, /*die_with_parent=*/true);
     address = testing::ReadLine(fd);
     close(fd);
     if (address.empty()) return false;
@@ -285,6 +296,56 @@ int Health(const std::string& address) {
   }
   // HealthCheckResponse{status: N}: field 1, varint.
   return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
+}
+
+// --max-jobs-per-client holds over the fleet: a client's jobs queued or
+// running on any daemon, handed over ones too, count against it.
+TEST(FleetTest, AClientsLimitHoldsOverTheWholeFleet) {
+  absl::StatusOr<testing::PostgresCluster*> pg = testing::SharedPostgres();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  absl::StatusOr<std::string> uri = (*pg)->CreateDatabase(StrCat("clients", getpid()));
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  testing::TempDir tmp;
+  Daemon d[3];
+  const std::string devices[3] = {kConv, kConv, kPnpoly};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(d[i].Start(*uri, devices[i], tmp, StrCat("d", i), {"--max-jobs-per-client", "3"}))
+        << testing::Slurp(tmp.File(StrCat("d", i, ".err")));
+  }
+  auto submit = [&](Daemon& to, int seed, const std::string& client, v1::SubmitJobResponse* resp) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->mutable_strategy()->set_name("random");
+    req.mutable_spec()->mutable_strategy()->set_max_evaluations(4000);
+    req.mutable_spec()->mutable_strategy()->set_seed(static_cast<std::uint64_t>(seed));
+    req.mutable_spec()->mutable_device()->add_devices(kConv);
+    req.set_client(client);
+    return to.stub->SubmitJob(Context().get(), req, resp);
+  };
+  v1::SubmitJobResponse r;
+  ASSERT_TRUE(submit(d[0], 1, "ann", &r).ok());
+  ASSERT_TRUE(submit(d[1], 2, "ann", &r).ok());
+  const grpc::Status handed = submit(d[2], 3, "ann", &r);  // to a daemon of the model
+  ASSERT_TRUE(handed.ok()) << handed.error_message();
+  const std::string handed_id = r.job_id();
+  for (Daemon* to : {&d[0], &d[2]}) {
+    const grpc::Status over = submit(*to, 4, "ann", &r);
+    EXPECT_EQ(over.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(over.error_message(),
+                ::testing::HasSubstr("client 'ann' has 3 jobs queued or running in the fleet"));
+  }
+  EXPECT_TRUE(submit(d[1], 5, "bob", &r).ok());
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(*uri, false);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->GetJob(handed_id)->client, "ann");
+  // Ann's job ended (cancelled from any daemon) makes room for another.
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(handed_id);
+  v1::Job cancelled;
+  ASSERT_TRUE(d[2].stub->CancelJob(Context().get(), cancel, &cancelled).ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return (*store)->GetJob(handed_id)->state == JobState::kCancelled; }, 30s));
+  const grpc::Status again = submit(d[0], 4, "ann", &r);
+  EXPECT_TRUE(again.ok()) << again.error_message();
 }
 
 // The fleet's database goes away in the middle of a job and comes back:

@@ -80,6 +80,35 @@ TEST_F(FleetQueueTest, AJobIsClaimedOnceByADaemonOfItsModelHighestPriorityFirst)
   EXPECT_EQ(b->fleet()->Claim("B", {"M2", "M1"}, 60s).value()->id, "other");
 }
 
+// A client's unfinished jobs are counted over the fleet, whichever daemon
+// queued or runs them; jobs that ended, local jobs and others' do not count.
+TEST_F(FleetQueueTest, AClientsUnfinishedJobsAreCountedOverTheFleet) {
+  std::unique_ptr<Store> a = Open(), b = Open();
+  auto offer = [&](Store& s, const std::string& id, const std::string& client) {
+    JobRecord j = Job(id);
+    j.client = client;
+    ASSERT_TRUE(s.QueueJob(j, nullptr).ok());
+    ASSERT_TRUE(s.fleet()->Offer(id, "M").ok());
+  };
+  offer(*a, "a1", "ann");
+  offer(*b, "a2", "ann");
+  offer(*b, "a3", "ann");
+  offer(*a, "b1", "bob");
+  JobRecord local = Job("a-local");
+  local.client = "ann";
+  ASSERT_TRUE(a->QueueJob(local, nullptr).ok());  // not the fleet's
+  EXPECT_EQ(a->fleet()->Unfinished("ann").value(), 3);
+  EXPECT_EQ(b->fleet()->Unfinished("bob").value(), 1);
+  EXPECT_EQ(b->fleet()->Unfinished("carl").value(), 0);
+  EXPECT_EQ(b->GetJob("a2")->client, "ann");
+  // Running counts; ended does not.
+  ASSERT_EQ(a->fleet()->Claim("A", {"M"}, 60s).value()->id, "a1");
+  EXPECT_EQ(b->fleet()->Unfinished("ann").value(), 3);
+  ASSERT_TRUE(b->fleet()->RequestCancel("a2").value());
+  ASSERT_TRUE(a->fleet()->RequestCancel("a3").value());
+  EXPECT_EQ(b->fleet()->Unfinished("ann").value(), 1);
+}
+
 TEST_F(FleetQueueTest, ALapsedLeaseLetsAnotherDaemonTakeTheJobAndTheFirstLearnsItLostIt) {
   std::unique_ptr<Store> a = Open(), b = Open();
   ASSERT_TRUE(a->QueueJob(Job("j"), nullptr).ok());
@@ -147,8 +176,8 @@ TEST_F(FleetQueueTest, ASubmissionReachesADaemonOfItsModelAndItsAnswerComesBack)
   EXPECT_THAT(none.status().message(), HasSubstr("not served by any live daemon"));
 
   const std::int64_t ok =
-      a->fleet()->Hand(std::string("\x01\x00\x02", 3), 3, "recording X").value();
-  const std::int64_t bad = a->fleet()->Hand("zz", 0, "recording X").value();
+      a->fleet()->Hand(std::string("\x01\x00\x02", 3), 3, "recording X", "ann@h1").value();
+  const std::int64_t bad = a->fleet()->Hand("zz", 0, "recording X", "").value();
   EXPECT_FALSE(a->fleet()->AnswerOf(ok).value().has_value());
   EXPECT_FALSE(b->fleet()->TakeSubmission({"other"}).value().has_value());
   absl::StatusOr<std::optional<FleetSubmission>> s = b->fleet()->TakeSubmission({"recording X"});
@@ -156,6 +185,7 @@ TEST_F(FleetQueueTest, ASubmissionReachesADaemonOfItsModelAndItsAnswerComesBack)
   EXPECT_EQ((*s)->id, ok);
   EXPECT_EQ((*s)->spec, std::string("\x01\x00\x02", 3));
   EXPECT_EQ((*s)->priority, 3);
+  EXPECT_EQ((*s)->client, "ann@h1");
   ASSERT_TRUE(b->fleet()->Answer(ok, "job-1", 0, "").ok());
   EXPECT_EQ(a->fleet()->AnswerOf(ok).value(), std::optional<std::string>("job-1"));
   ASSERT_EQ(b->fleet()->TakeSubmission({"recording X"}).value()->id, bad);

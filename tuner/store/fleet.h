@@ -39,6 +39,7 @@ struct FleetSubmission {
   std::string spec;  // serialized ktune.v1.JobSpec, as submitted
   int priority = 0;
   std::string model;
+  std::string client;  // who submitted it (JobRecord::client)
 };
 
 // What a heartbeat learnt.
@@ -77,6 +78,10 @@ class FleetQueue {
   // interrupted), on any model.
   virtual absl::StatusOr<std::int64_t> Waiting() = 0;
 
+  // How many of the fleet's jobs that `client` submitted are unfinished:
+  // queued, running or interrupted (they will run), on any model.
+  virtual absl::StatusOr<std::int64_t> Unfinished(const std::string& client) = 0;
+
   // Marks a queued job as the fleet's, to run on a GPU of `model`.
   virtual absl::Status Offer(const std::string& job_id, const std::string& model) = 0;
 
@@ -95,7 +100,8 @@ class FleetQueue {
 
   // Submissions for daemons of another model.
   virtual absl::StatusOr<std::int64_t> Hand(const std::string& spec, int priority,
-                                            const std::string& model) = 0;
+                                            const std::string& model,
+                                            const std::string& client) = 0;
   virtual absl::StatusOr<std::optional<FleetSubmission>> TakeSubmission(
       const std::vector<std::string>& models) = 0;
   // The answer: the job's id, or why it was refused (`error` non-empty,

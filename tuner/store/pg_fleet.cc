@@ -112,6 +112,14 @@ SELECT count(*) FROM ktune.jobs WHERE model <> '' AND state IN ('queued', 'inter
   return r.Int(0, 0);
 }
 
+absl::StatusOr<std::int64_t> PgStore::Unfinished(const std::string& client) {
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
+SELECT count(*) FROM ktune.jobs
+WHERE client = $1 AND model <> '' AND state IN ('queued', 'running', 'interrupted'))sql",
+                                                  pg::Params().Add(client)));
+  return r.Int(0, 0);
+}
+
 absl::Status PgStore::Offer(const std::string& job_id, const std::string& model) {
   KTUNE_ASSIGN_OR_RETURN(
       pg::Result r,
@@ -173,11 +181,12 @@ UPDATE ktune.jobs SET cancel_asked = true WHERE id = $1 AND state = 'running' RE
 }
 
 absl::StatusOr<std::int64_t> PgStore::Hand(const std::string& spec, int priority,
-                                           const std::string& model) {
-  KTUNE_ASSIGN_OR_RETURN(pg::Result r,
-                         conn_.Exec(R"sql(
-INSERT INTO ktune.submissions (spec, priority, model) VALUES ($1, $2, $3) RETURNING id)sql",
-                                    pg::Params().AddBytes(spec).Add(priority).Add(model)));
+                                           const std::string& model, const std::string& client) {
+  KTUNE_ASSIGN_OR_RETURN(
+      pg::Result r, conn_.Exec(R"sql(
+INSERT INTO ktune.submissions (spec, priority, model, client) VALUES ($1, $2, $3, $4)
+RETURNING id)sql",
+                               pg::Params().AddBytes(spec).Add(priority).Add(model).Add(client)));
   return r.Int(0, 0);
 }
 
@@ -193,7 +202,7 @@ WITH next AS (
     AND (taken_at IS NULL OR taken_at < now() - interval '30 seconds')
   ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
 UPDATE ktune.submissions s SET taken_at = now() FROM next WHERE s.id = next.id
-RETURNING s.id, s.spec, s.priority, s.model)sql",
+RETURNING s.id, s.spec, s.priority, s.model, s.client)sql",
                                                   pg::Params().Add(ArrayLiteral(models))));
   if (r.rows() == 0) return std::optional<FleetSubmission>();
   FleetSubmission s;
@@ -201,6 +210,7 @@ RETURNING s.id, s.spec, s.priority, s.model)sql",
   s.spec = r.Bytes(0, 1);
   s.priority = static_cast<int>(r.Int(0, 2));
   s.model = r.Text(0, 3);
+  s.client = r.Text(0, 4);
   return std::optional<FleetSubmission>(std::move(s));
 }
 

@@ -177,6 +177,15 @@ CREATE CONSTRAINT TRIGGER jobs_changed AFTER UPDATE ON ktune.jobs
         OR OLD.runner IS DISTINCT FROM NEW.runner)
   EXECUTE FUNCTION ktune.count_change();
 )sql"},
+    // Who submitted a daemon's job (SQLite's version 5), for the
+    // per-client limits, counted fleet-wide through an index; a submission
+    // handed over carries its client.
+    {3, R"sql(
+ALTER TABLE ktune.jobs ADD COLUMN client TEXT NOT NULL DEFAULT '';
+CREATE INDEX jobs_client_unfinished ON ktune.jobs (client)
+  WHERE model <> '' AND state IN ('queued', 'running', 'interrupted');
+ALTER TABLE ktune.submissions ADD COLUMN client TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("ktune.");
@@ -382,8 +391,8 @@ absl::StatusOr<JobRecord> PgStore::RecordJobOnce(const JobRecord& job, JobState 
   KTUNE_ASSIGN_OR_RETURN(pg::Result ins, conn_.Exec(R"sql(
 INSERT INTO ktune.jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy,
                         seed, objective, state, message, evaluations, created_at,
-                        updated_at, origin, priority)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', 0, $11, $11, $12, $13)
+                        updated_at, origin, priority, client)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, '', 0, $11, $11, $12, $13, $14)
 ON CONFLICT (id) DO NOTHING)sql",
                                                     pg::Params()
                                                         .Add(job.id)
@@ -398,7 +407,8 @@ ON CONFLICT (id) DO NOTHING)sql",
                                                         .Add(JobStateName(state))
                                                         .Add(now)
                                                         .Add(job.origin)
-                                                        .Add(job.priority)));
+                                                        .Add(job.priority)
+                                                        .Add(job.client)));
   const bool inserted = ins.Changed() > 0;
   if (!inserted) {
     KTUNE_RETURN_IF_ERROR(

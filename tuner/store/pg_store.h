@@ -85,13 +85,14 @@ class PgStore final : public Store, public FleetQueue {
   absl::StatusOr<std::string> ResolveModel(const std::string& wanted,
                                            std::chrono::milliseconds alive) override;
   absl::StatusOr<std::int64_t> Waiting() override;
+  absl::StatusOr<std::int64_t> Unfinished(const std::string& client) override;
   absl::Status Offer(const std::string& job_id, const std::string& model) override;
   absl::StatusOr<std::optional<JobRecord>> Claim(const std::string& daemon,
                                                  const std::vector<std::string>& models,
                                                  std::chrono::milliseconds lease) override;
   absl::StatusOr<bool> RequestCancel(const std::string& job_id) override;
-  absl::StatusOr<std::int64_t> Hand(const std::string& spec, int priority,
-                                    const std::string& model) override;
+  absl::StatusOr<std::int64_t> Hand(const std::string& spec, int priority, const std::string& model,
+                                    const std::string& client) override;
   absl::StatusOr<std::optional<FleetSubmission>> TakeSubmission(
       const std::vector<std::string>& models) override;
   absl::Status Answer(std::int64_t id, const std::string& job_id, int code,

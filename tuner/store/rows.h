@@ -24,7 +24,7 @@ namespace ktune::rows {
   "       d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,\n" \
   "       d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,\n"     \
   "       j.objective, j.state, j.message, j.evaluations, j.created_at,\n"        \
-  "       j.updated_at, j.origin, j.priority, j.runner\n"                         \
+  "       j.updated_at, j.origin, j.priority, j.runner, j.client\n"               \
   "FROM " K "jobs j JOIN " K                                                      \
   "kernels k ON k.id = j.kernel_id\n"                                             \
   "     JOIN " K "devices d ON d.id = j.device_id"
@@ -83,6 +83,7 @@ absl::StatusOr<JobRecord> Job(const Row& r) {
   j.origin = r.Text(23);
   j.priority = static_cast<int>(r.Int(24));
   j.runner = r.Text(25);
+  j.client = r.Text(26);
   MarkInterruptedIfRunnerGone(j);
   return j;
 }

@@ -113,6 +113,10 @@ ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
     {4, R"sql(
 ALTER TABLE jobs ADD COLUMN runner TEXT NOT NULL DEFAULT '';
 )sql"},
+    // Who submitted a daemon's job, for the per-client limits.
+    {5, R"sql(
+ALTER TABLE jobs ADD COLUMN client TEXT NOT NULL DEFAULT '';
+)sql"},
 };
 
 }  // namespace

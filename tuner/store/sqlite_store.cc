@@ -90,8 +90,8 @@ RETURNING id)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->insert_job, R"sql(
 INSERT INTO jobs (id, kernel_id, device_id, problem, spec, spec_json, strategy,
                   seed, objective, state, message, evaluations, created_at,
-                  updated_at, origin, priority)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '', 0, ?11, ?11, ?12, ?13)
+                  updated_at, origin, priority, client)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, '', 0, ?11, ?11, ?12, ?13, ?14)
 ON CONFLICT (id) DO NOTHING)sql"));
   KTUNE_RETURN_IF_ERROR(prep(st->get_job, StrCat(kJobColumns, " WHERE j.id = ?1")));
   KTUNE_RETURN_IF_ERROR(prep(st->get_job_prefix, StrCat(kJobColumns,
@@ -224,7 +224,8 @@ absl::StatusOr<JobRecord> SqliteStore::RecordJob(const JobRecord& job, JobState 
       .Bind(10, std::string_view(JobStateName(state)))
       .Bind(11, std::string_view(now))
       .Bind(12, std::string_view(job.origin))
-      .Bind(13, static_cast<std::int64_t>(job.priority));
+      .Bind(13, static_cast<std::int64_t>(job.priority))
+      .Bind(14, std::string_view(job.client));
   KTUNE_RETURN_IF_ERROR(ins.Run());
   const bool inserted = sqlite3_changes(db_.get()) > 0;
   if (!inserted) {

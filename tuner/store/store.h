@@ -55,6 +55,9 @@ struct JobRecord {
   std::string updated_at;
   std::string origin = "local";  // "local" (ktune tune --local) or "daemon"
   int priority = 0;              // higher runs first among queued jobs
+  // Who submitted a daemon's job (what its per-client limit counts); empty
+  // for a local job. Kept from the first submission.
+  std::string client;
   // The process running the job (ProcessName::Encode), while it runs. A
   // job read back as running whose process of this host has ended reads
   // as interrupted, with a message that says so.

@@ -28,7 +28,7 @@ constexpr StoreColumn kJobs[] = {
     {"strategy", K::kText},   {"seed", K::kInt},        {"objective", K::kText},
     {"state", K::kText},      {"message", K::kText},    {"evaluations", K::kInt},
     {"created_at", K::kText}, {"updated_at", K::kText}, {"origin", K::kText},
-    {"priority", K::kInt},    {"runner", K::kText},
+    {"priority", K::kInt},    {"runner", K::kText},     {"client", K::kText},
 };
 constexpr StoreColumn kMeasurements[] = {
     {"job_id", K::kText},     {"seq", K::kInt},          {"config_key", K::kText},
