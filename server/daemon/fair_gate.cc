@@ -52,6 +52,7 @@ void FairGate::Member::Acquire() {
   gate_.waiting_.erase(gate_.waiting_.begin());
   gate_.reserved_for_ = kNobody;
   gate_.busy_ = true;
+  gate_.busy_since_ = gate_.clock_.Now();
   gate_.virtual_time_ = pass_;
   ++turns_;
 }
@@ -60,6 +61,7 @@ void FairGate::Member::Release() {
   {
     std::lock_guard<std::mutex> lock(gate_.mu_);
     gate_.busy_ = false;
+    gate_.busy_total_ += gate_.clock_.Now() - gate_.busy_since_;
     pass_ += stride_;
     // Still owed turns: the gate waits a moment for this member's next
     // candidate rather than going to a waiter with more service.
@@ -69,6 +71,11 @@ void FairGate::Member::Release() {
     }
   }
   gate_.cv_.notify_all();
+}
+
+Clock::Duration FairGate::busy_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_total_ + (busy_ ? clock_.Now() - busy_since_ : Clock::Duration{});
 }
 
 double GateWeight(int priority) { return std::pow(2.0, std::clamp(priority, -4, 4)); }

@@ -56,6 +56,9 @@ class FairGate {
 
   // Members blocked in Acquire now.
   std::size_t waiting() const;
+  // How long the gate has been held (a member's timed evaluation), in all,
+  // by the gate's clock: its GPU's busy time.
+  Clock::Duration busy_time() const;
   // Blocks until at least `n` members are blocked in Acquire (for tests
   // that drive members from threads).
   void AwaitWaiting(std::size_t n) const;
@@ -68,6 +71,8 @@ class FairGate {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool busy_ = false;
+  Clock::TimePoint busy_since_;           // while busy_
+  Clock::Duration busy_total_{};          // of the turns that ended
   std::uint64_t reserved_for_ = kNobody;  // a member that is owed the next turn
   Clock::TimePoint reserved_until_;
   double virtual_time_ = 0;  // the pass of the latest turn granted
@@ -96,6 +101,7 @@ class GatedDevice final : public Device {
   void NoteBest(Millis time) override { inner_->NoteBest(time); }
   bool Ready(const Config& config) override { return inner_->Ready(config); }
   bool can_remeasure() const override { return inner_->can_remeasure(); }
+  std::int64_t worker_restarts() const override { return inner_->worker_restarts(); }
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
 
  private:

@@ -483,6 +483,7 @@ SessionOptions Scheduler::EventsOf(const std::shared_ptr<Entry>& e, bool* wall_l
   };
   so.on_measurement = [this, e](const StoredMeasurement& m) {
     if (m.sequence > e->last_sequence.load()) e->last_sequence.store(m.sequence);
+    CountMeasurement(*e, m);
     v1::JobEvent ev;
     ev.set_job_id(e->id);
     MeasurementToProto(m, ev.mutable_measurement());
@@ -498,6 +499,20 @@ SessionOptions Scheduler::EventsOf(const std::shared_ptr<Entry>& e, bool* wall_l
     Broadcast(*e, ev, false);
   };
   return so;
+}
+
+void Scheduler::CountMeasurement(Entry& e, const StoredMeasurement& m) {
+  DeviceSlot& slot = *e.slot;
+  slot.evaluations[static_cast<std::size_t>(m.measurement.status)].fetch_add(1);
+  const v1::Conditions& c = m.measurement.conditions;
+  if (c.load() == v1::LoadProfile::UNDER_LOAD && c.canary_slowdown() > 0) {
+    slot.canary_slowdown.store(c.canary_slowdown());
+  }
+  if (e.device != nullptr) {
+    const std::int64_t restarts = e.device->worker_restarts();
+    slot.worker_restarts.fetch_add(restarts - e.restarts_seen);
+    e.restarts_seen = restarts;
+  }
 }
 
 void Scheduler::Run(const std::shared_ptr<Entry>& e) {

@@ -16,6 +16,7 @@
 #ifndef KTUNE_SERVER_DAEMON_SCHEDULER_H_
 #define KTUNE_SERVER_DAEMON_SCHEDULER_H_
 
+#include <array>
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <condition_variable>
@@ -71,6 +72,32 @@ struct SchedulerOptions {
   std::chrono::milliseconds lease{15000};
 };
 
+// What one of the daemon's devices is doing, for its metrics.
+struct DeviceActivity {
+  std::string locator;
+  DeviceInfo info;
+  int queued = 0;   // this daemon's jobs waiting for it
+  int running = 0;  // jobs running on it
+  // Time its gate was held by a timed evaluation (the GPU's busy time; a
+  // replay's recorded time at its --sim-speed).
+  double busy_seconds = 0;
+  // Candidates it finished, by status (a job over several GPUs counts on
+  // its first).
+  std::array<std::int64_t, kNumCandidateStatuses> evaluations{};
+  std::int64_t worker_restarts = 0;
+  // The canary's slowdown of the last candidate measured under a load.
+  std::optional<double> canary_slowdown;
+};
+
+// What the daemon is doing, at one moment.
+struct SchedulerActivity {
+  std::vector<DeviceActivity> devices;
+  std::optional<CompileActivity> compile;  // the GPU jobs' NVRTC pool
+  std::map<JobState, std::int64_t> jobs;   // the store's (a fleet's: every daemon's)
+  std::int64_t store_bytes = 0;
+  std::int64_t fleet_waiting = -1;  // a fleet's jobs waiting to be claimed; -1: no fleet
+};
+
 // One watcher of a job's events. Deliver is called from any thread and must
 // not block; `last` marks the final event (the job ended or the daemon is
 // stopping).
@@ -109,6 +136,8 @@ class Scheduler {
   absl::StatusOr<v1::GetBestResponse> GetBest(const v1::GetBestRequest& request,
                                               std::uint64_t* generation = nullptr);
   v1::ListDevicesResponse ListDevices() const;
+  // Reads the store (job counts, size) under the readers' lock.
+  absl::StatusOr<SchedulerActivity> Activity();
 
   // A fleet's daemon tells `health` whether its database answers (each
   // heartbeat; only changes are told), for the daemon's health status.
@@ -163,6 +192,9 @@ class Scheduler {
   absl::StatusOr<std::shared_ptr<Entry>> Enqueue(std::shared_ptr<Entry> entry, bool resuming);
   void Dispatch();  // REQUIRES: mu_ held
   void Run(const std::shared_ptr<Entry>& entry);
+  // A measurement of `entry`'s, into its device's activity (the session's
+  // thread).
+  void CountMeasurement(Entry& entry, const StoredMeasurement& m);
   // A GPU job's devices, opened and gated when it runs.
   absl::Status OpenJobDevice(Entry& entry);
   // The session's callbacks: the job's events to its watchers, the

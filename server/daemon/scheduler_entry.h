@@ -27,6 +27,10 @@ struct Scheduler::DeviceSlot {
   DeviceInfo info;
   std::unique_ptr<Device> probe;  // simulated devices: shares its recording
   FairGate gate;
+  // Its activity (Scheduler::Activity), written by the jobs' threads.
+  std::array<std::atomic<std::int64_t>, kNumCandidateStatuses> evaluations{};
+  std::atomic<std::int64_t> worker_restarts{0};
+  std::atomic<double> canary_slowdown{0};  // 0: none measured under load yet
 };
 
 struct Scheduler::Subscription {
@@ -60,6 +64,8 @@ struct Scheduler::Entry {
   bool ending = false;
   // The sequence of the last measurement this daemon stored (and told).
   std::atomic<std::int64_t> last_sequence{-1};
+  // The device's worker restarts already counted (the session's thread).
+  std::int64_t restarts_seen = 0;
   std::condition_variable finished;
 
   std::mutex events_mu;

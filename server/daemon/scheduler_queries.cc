@@ -64,7 +64,9 @@ absl::StatusOr<v1::Job> Scheduler::GetJob(const v1::GetJobRequest& request) {
   for (const StoredMeasurement& m : ms) {
     ++counts[static_cast<std::size_t>(m.measurement.status)];
     if (m.measurement.ok() && m.loss && (best == nullptr || *m.loss < *best->loss)) best = &m;
-    if (request.include_measurements()) MeasurementToProto(m, out.add_measurements());
+    if (request.include_measurements() && m.sequence >= request.measurements_from()) {
+      MeasurementToProto(m, out.add_measurements());
+    }
   }
   if (best != nullptr) MeasurementToProto(*best, out.mutable_best());
   for (int i = 0; i < kNumCandidateStatuses; ++i) {
@@ -103,11 +105,29 @@ absl::StatusOr<v1::ListJobsResponse> Scheduler::ListJobs(const v1::ListJobsReque
             JobStateToProto(j.state) != request.state());
   });
   v1::ListJobsResponse out;
+  std::vector<std::string> listed;
   for (std::size_t i = offset; i < jobs.size() && i < offset + static_cast<std::size_t>(page);
        ++i) {
     v1::Job* j = out.add_jobs();
     JobToProto(jobs[i], j);
-    j->clear_spec();  // lists stay small; GetJob has the spec
+    // Lists stay small (GetJob has the spec), but for the budget.
+    const v1::StrategySpec strategy = j->spec().strategy();
+    j->clear_spec();
+    *j->mutable_spec()->mutable_strategy() = strategy;
+    j->mutable_progress()->set_max_evaluations(strategy.max_evaluations());
+    listed.push_back(jobs[i].id);
+  }
+  if (request.include_best()) {
+    std::map<std::string, StoredMeasurement> best;
+    {
+      std::lock_guard<std::mutex> rl(read_mu_);
+      KTUNE_ASSIGN_OR_RETURN(best, reader_->LoadBestOfJobs(listed));
+    }
+    for (v1::Job& j : *out.mutable_jobs()) {
+      if (auto it = best.find(j.id()); it != best.end()) {
+        MeasurementToProto(it->second, j.mutable_best());
+      }
+    }
   }
   if (offset + static_cast<std::size_t>(page) < jobs.size()) {
     out.set_next_page_token(std::to_string(offset + static_cast<std::size_t>(page)));
@@ -229,6 +249,39 @@ absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest&
 v1::ListDevicesResponse Scheduler::ListDevices() const {
   v1::ListDevicesResponse out;
   for (const auto& d : devices_) DeviceToProto(d->info, out.add_devices());
+  return out;
+}
+
+absl::StatusOr<SchedulerActivity> Scheduler::Activity() {
+  SchedulerActivity out;
+  std::map<const DeviceSlot*, std::pair<int, int>> load;  // queued, running
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : active_) {
+      for (const DeviceSlot* d : e->slots) {
+        ++(e->running ? load[d].second : load[d].first);
+      }
+    }
+  }
+  for (const auto& d : devices_) {
+    DeviceActivity a;
+    a.locator = d->locator;
+    a.info = d->info;
+    a.queued = load[d.get()].first;
+    a.running = load[d.get()].second;
+    a.busy_seconds = std::chrono::duration<double>(d->gate.busy_time()).count();
+    for (std::size_t i = 0; i < a.evaluations.size(); ++i) a.evaluations[i] = d->evaluations[i];
+    a.worker_restarts = d->worker_restarts;
+    if (const double c = d->canary_slowdown; c > 0) a.canary_slowdown = c;
+    out.devices.push_back(std::move(a));
+  }
+  out.compile = CompileActivityOf(options_.device_options.compile_pool);
+  std::lock_guard<std::mutex> rl(read_mu_);
+  KTUNE_ASSIGN_OR_RETURN(out.jobs, reader_->CountJobs());
+  KTUNE_ASSIGN_OR_RETURN(out.store_bytes, reader_->SizeBytes());
+  if (fleet_ != nullptr) {
+    KTUNE_ASSIGN_OR_RETURN(out.fleet_waiting, fleet_->Waiting());
+  }
   return out;
 }
 

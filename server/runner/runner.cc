@@ -118,6 +118,33 @@ absl::StatusOr<std::shared_ptr<CompilePool>> StartSharedCompilePool(
 #endif
 }
 
+std::optional<CompileActivity> CompileActivityOf(const std::shared_ptr<CompilePool>& pool) {
+#ifdef KTUNE_HAVE_CUDA
+  if (pool == nullptr) return std::nullopt;
+  const CompilePoolStats s = pool->stats();
+  CompileActivity a;
+  a.workers = s.workers;
+  a.busy = s.busy;
+  a.backlog = s.backlog;
+  a.compiled = s.compiled;
+  a.cache_hits = s.cache_hits;
+  a.busy_seconds = s.busy_seconds;
+  return a;
+#else
+  (void)pool;
+  return std::nullopt;
+#endif
+}
+
+std::string NvrtcVersion() {
+#ifdef KTUNE_HAVE_CUDA
+  absl::StatusOr<const Nvrtc*> nvrtc = Nvrtc::Get();
+  return nvrtc.ok() ? (*nvrtc)->version_text() : "";
+#else
+  return "";
+#endif
+}
+
 absl::StatusOr<Job> ResolveJobOn(const v1::JobSpec& spec, const std::string& base_dir,
                                  const Device& device) {
   if (spec.has_kernel()) return ResolveJob(spec, base_dir);

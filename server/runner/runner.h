@@ -31,6 +31,22 @@ struct OpenDeviceOptions {
   std::shared_ptr<CompilePool> compile_pool;
 };
 
+// What a shared NVRTC pool is doing (see CompilePoolStats).
+struct CompileActivity {
+  int workers = 0;
+  int busy = 0;
+  std::int64_t backlog = 0;
+  std::int64_t compiled = 0;
+  std::int64_t cache_hits = 0;
+  double busy_seconds = 0;
+};
+// Null pool: nothing.
+std::optional<CompileActivity> CompileActivityOf(const std::shared_ptr<CompilePool>& pool);
+
+// The NVRTC library's version ("13.0"), or empty when it cannot be loaded
+// (or the build has no CUDA).
+std::string NvrtcVersion();
+
 // An NVRTC pool to share between GPU devices (see OpenDeviceOptions), sized
 // as compile_workers says (0: one per core), using the CUBIN cache.
 // FAILED_PRECONDITION without CUDA support in this build.

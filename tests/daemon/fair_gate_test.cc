@@ -174,15 +174,34 @@ TEST(FairGateTest, AHoldRunsOutWhenItsJobDoesNotComeBack) {
     light.Release();
   });
   gate.AwaitWaiting(1);
-  heavy.Release();          // owed turns: the gate is held for it...
-  clock.AwaitWaiters(1);    // ...and the light job waits out the hold
+  heavy.Release();        // owed turns: the gate is held for it...
+  clock.AwaitWaiters(1);  // ...and the light job waits out the hold
   EXPECT_FALSE(light_turn.load());
   clock.Advance(std::chrono::milliseconds(1));
-  clock.AwaitWaiters(1);    // not yet
+  clock.AwaitWaiters(1);  // not yet
   EXPECT_FALSE(light_turn.load());
   clock.Advance(std::chrono::milliseconds(1));  // the hold is over
   waiter.join();
   EXPECT_TRUE(light_turn.load());
+}
+
+// The gate's busy time (its GPU's, for the daemon's metrics) is the time
+// members held it, the turn under way included, and not the time between.
+TEST(FairGateTest, BusyTimeIsTheTimeTurnsHeldTheGate) {
+  FakeClock clock;
+  FairGate gate(std::chrono::milliseconds(0), clock);
+  FairGate::Member a(gate, 1.0);
+  EXPECT_EQ(gate.busy_time(), Clock::Duration{});
+  a.Acquire();
+  clock.Advance(std::chrono::milliseconds(30));
+  a.Release();
+  clock.Advance(std::chrono::milliseconds(100));  // idle
+  a.Acquire();
+  clock.Advance(std::chrono::milliseconds(5));
+  EXPECT_EQ(gate.busy_time(), std::chrono::milliseconds(35));  // under way
+  a.Release();
+  clock.Advance(std::chrono::milliseconds(7));
+  EXPECT_EQ(gate.busy_time(), std::chrono::milliseconds(35));
 }
 
 TEST(FairGateTest, APrioritysWeightDoublesPerStep) {

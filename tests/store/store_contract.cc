@@ -279,6 +279,61 @@ TEST_P(StoreContractTest, QueuedJobsKeepTheirOriginAndPriority) {
   EXPECT_EQ(r->origin, "daemon");
 }
 
+// Jobs counted by state as they read; a job whose process died counts as
+// interrupted, as it reads. The store's size grows with what it holds.
+TEST_P(StoreContractTest, JobsAreCountedByStateAndTheStoreKnowsItsSize) {
+  std::unique_ptr<Store> s = Open();
+  EXPECT_TRUE(s->CountJobs()->empty());
+  const std::int64_t empty = s->SizeBytes().value();
+  EXPECT_GT(empty, 0);
+  bool existed = false;
+  ASSERT_TRUE(s->QueueJob(MakeJob("c1"), &existed).ok());
+  ASSERT_TRUE(s->QueueJob(MakeJob("c2"), &existed).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("c3"), &existed).ok());
+  ASSERT_TRUE(s->StartJob(MakeJob("c4"), &existed).ok());
+  ASSERT_TRUE(s->SetJobState("c4", JobState::kSucceeded, "").ok());
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(s->AddMeasurement("c4", Ok(i, "k" + std::to_string(i), 1.0 + i)).ok());
+  }
+  // A job started by a process that died reads as interrupted.
+  const pid_t child = StartJobInAChild(Locator(), MakeJob("c5"));
+  ASSERT_GT(child, 0);
+  kill(child, SIGKILL);
+  testing::WaitExit(child);
+  const std::map<JobState, std::int64_t> want = {{JobState::kQueued, 2},
+                                                 {JobState::kRunning, 1},
+                                                 {JobState::kSucceeded, 1},
+                                                 {JobState::kInterrupted, 1}};
+  EXPECT_EQ(s->CountJobs().value(), want);
+  EXPECT_GT(s->SizeBytes().value(), empty);
+}
+
+// Each job's best is its lowest-loss ok measurement (the first of equals);
+// a job with none, or unknown, is absent.
+TEST_P(StoreContractTest, TheBestOfEachJobIsItsLowestLoss) {
+  std::unique_ptr<Store> s = Open();
+  bool existed = false;
+  for (const char* id : {"b1", "b2", "b3"}) ASSERT_TRUE(s->StartJob(MakeJob(id), &existed).ok());
+  ASSERT_TRUE(s->AddMeasurement("b1", Ok(0, "a", 3.0)).ok());
+  ASSERT_TRUE(s->AddMeasurement("b1", Ok(1, "b", 1.5)).ok());
+  ASSERT_TRUE(s->AddMeasurement("b1", Ok(2, "c", 1.5)).ok());
+  ASSERT_TRUE(s->AddMeasurement("b2", Ok(0, "a", 9.0)).ok());
+  StoredMeasurement failed = Ok(0, "z", 1.0);
+  failed.measurement.status = CandidateStatus::kCompileError;
+  failed.loss.reset();
+  failed.objective.reset();
+  ASSERT_TRUE(s->AddMeasurement("b3", failed).ok());
+  absl::StatusOr<std::map<std::string, StoredMeasurement>> best =
+      s->LoadBestOfJobs({"b1", "b2", "b3", "nope"});
+  ASSERT_TRUE(best.ok()) << best.status();
+  ASSERT_EQ(best->size(), 2u);
+  EXPECT_EQ(best->at("b1").key, "b");
+  EXPECT_EQ(best->at("b1").sequence, 1);
+  EXPECT_DOUBLE_EQ(best->at("b1").measurement.time.count(), 1.5);
+  EXPECT_EQ(best->at("b2").key, "a");
+  EXPECT_TRUE(s->LoadBestOfJobs({})->empty());
+}
+
 // Queued as "auto", a job runs as what auto became: the store says which.
 TEST_P(StoreContractTest, AJobRunsUnderTheStrategyItStartsWith) {
   std::unique_ptr<Store> s = Open();

@@ -99,6 +99,7 @@ absl::StatusOr<std::unique_ptr<CompilePool>> CompilePool::Start(CompilePoolOptio
   }
   if (options.workers < 1) options.workers = 1;
   std::unique_ptr<CompilePool> pool(new CompilePool(std::move(options)));
+  pool->busy_since_.resize(static_cast<std::size_t>(pool->options_.workers));
   for (int i = 0; i < pool->options_.workers; ++i) {
     pool->threads_.emplace_back([p = pool.get(), i] { p->WorkerLoop(i); });
   }
@@ -161,6 +162,23 @@ std::int64_t CompilePool::cache_hits() const {
   return hits_;
 }
 
+CompilePoolStats CompilePool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CompilePoolStats s;
+  s.workers = workers();
+  s.busy = busy_;
+  s.backlog = static_cast<std::int64_t>(queue_.size());
+  s.compiled = compiled_;
+  s.cache_hits = hits_;
+  std::chrono::steady_clock::duration busy = busy_time_;
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& since : busy_since_) {
+    if (since) busy += now - *since;
+  }
+  s.busy_seconds = std::chrono::duration<double>(busy).count();
+  return s;
+}
+
 void CompilePool::WorkerLoop(int index) {
   std::optional<Subprocess> worker;
   auto start = [&]() -> absl::Status {
@@ -187,6 +205,8 @@ void CompilePool::WorkerLoop(int index) {
       if (stopping_) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      ++busy_;
+      busy_since_[static_cast<std::size_t>(index)] = std::chrono::steady_clock::now();
     }
     v1::CompileResult result;
     result.set_id(task.request.id());
@@ -223,6 +243,10 @@ void CompilePool::WorkerLoop(int index) {
       needs_full_.insert(std::hash<std::string>()(task.request.source()));
     }
     ++compiled_;
+    --busy_;
+    auto& since = busy_since_[static_cast<std::size_t>(index)];
+    busy_time_ += std::chrono::steady_clock::now() - *since;
+    since.reset();
     in_flight_.erase(task.key);
     task.promise.set_value(std::move(result));
   }

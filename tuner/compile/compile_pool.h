@@ -73,6 +73,16 @@ struct CompilePoolOptions {
   int nice = 0;
 };
 
+// What a pool is doing, at one moment.
+struct CompilePoolStats {
+  int workers = 0;
+  int busy = 0;              // workers compiling now
+  std::int64_t backlog = 0;  // compiles waiting for a worker
+  std::int64_t compiled = 0;
+  std::int64_t cache_hits = 0;
+  double busy_seconds = 0;  // summed over workers, since the pool started
+};
+
 // Thread-safe. The destructor stops the workers (pending futures get an
 // error result).
 class CompilePool {
@@ -89,6 +99,7 @@ class CompilePool {
   // Compiles actually run by workers (cache misses), and cache hits.
   std::int64_t compiled() const;
   std::int64_t cache_hits() const;
+  CompilePoolStats stats() const;
 
  private:
   struct Task {
@@ -111,6 +122,11 @@ class CompilePool {
   std::uint64_t next_id_ = 1;
   std::int64_t compiled_ = 0;
   std::int64_t hits_ = 0;
+  int busy_ = 0;
+  // Time workers spent on finished compiles; those under way count from
+  // their start (busy_since_).
+  std::chrono::steady_clock::duration busy_time_{};
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> busy_since_;
   // Sources (by hash) that -minimal cannot compile.
   std::unordered_set<std::size_t> needs_full_;
   std::vector<std::thread> threads_;

@@ -160,8 +160,7 @@ absl::StatusOr<std::optional<v1::WorkerCandidate>> CudaDevice::Reference() {
 std::shared_future<v1::CompileResult> CudaDevice::CompileFuture(const Config& config) {
   auto it = pending_.find(config);
   if (it != pending_.end()) return it->second;
-  std::shared_future<v1::CompileResult> f =
-      pool_->Submit(plan_->CompileRequestFor(config));
+  std::shared_future<v1::CompileResult> f = pool_->Submit(plan_->CompileRequestFor(config));
   pending_.emplace(config, f);
   return f;
 }
@@ -211,8 +210,8 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
   c.set_no_racing(final_round);
   if (final_round) {
     // The rounds' samples are pooled: each round takes its share.
-    c.set_min_samples(std::max(
-        3, (plan_->setup().settings().min_samples() + kFinalRounds - 1) / kFinalRounds));
+    c.set_min_samples(
+        std::max(3, (plan_->setup().settings().min_samples() + kFinalRounds - 1) / kFinalRounds));
   }
   // The watchdog: a per-launch limit from the spec, or derived from the
   // best time so far, and room for the whole sampling loop.
@@ -281,6 +280,8 @@ CudaDeviceStats CudaDevice::stats() const {
   s.setup_wait = worker_->setup_wait();
   return s;
 }
+
+std::int64_t CudaDevice::worker_restarts() const { return worker_->restarts(); }
 
 void CudaDevice::TellWaiting(const std::string& holder) {
   if (told_waiting_) return;

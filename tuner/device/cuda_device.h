@@ -84,6 +84,7 @@ class CudaDevice final : public Device {
 
   // The totals so far (worker restarts and set-up waits from the worker).
   CudaDeviceStats stats() const;
+  std::int64_t worker_restarts() const override;
 
   // Waits until the worker has opened the GPU (context, helper kernels):
   // the one-time cost a long-running daemon pays before any job.

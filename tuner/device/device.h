@@ -69,6 +69,11 @@ class Device {
   // GPUs) has seen this best time; racing can use it.
   virtual void NoteBest(Millis time) { (void)time; }
 
+  // How many times the device's worker process was restarted (a
+  // candidate crashed or hung it) since it opened; 0 for devices without
+  // one.
+  virtual std::int64_t worker_restarts() const { return 0; }
+
   // Re-measures the final contenders interleaved, for a fair last
   // comparison. Devices that replay recorded times cannot.
   virtual bool can_remeasure() const { return false; }

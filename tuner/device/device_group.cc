@@ -110,6 +110,12 @@ void DeviceGroup::Prefetch(const std::vector<Config>& configs) {
   cv_.notify_all();
 }
 
+std::int64_t DeviceGroup::worker_restarts() const {
+  std::int64_t n = 0;
+  for (const auto& m : members_) n += m->device->worker_restarts();
+  return n;
+}
+
 void DeviceGroup::Forget(const std::vector<Config>& configs) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Config& c : configs) {

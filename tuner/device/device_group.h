@@ -49,6 +49,7 @@ class DeviceGroup final : public Device {
   bool can_remeasure() const override;
   absl::StatusOr<std::vector<Measurement>> Remeasure(const std::vector<Config>& configs) override;
   void Forget(const std::vector<Config>& configs) override;
+  std::int64_t worker_restarts() const override;
   bool Ready(const Config& config) override;
 
   std::size_t size() const { return members_.size(); }

@@ -9,6 +9,7 @@
 #ifndef KTUNE_TUNER_DEVICE_WORKER_CLIENT_H_
 #define KTUNE_TUNER_DEVICE_WORKER_CLIENT_H_
 
+#include <atomic>
 #include <functional>
 #include <optional>
 #include <string>
@@ -35,7 +36,8 @@ class WorkerClient {
   // start of a worker; errors fail the job.
   using ReferenceSource = std::function<absl::StatusOr<std::optional<v1::WorkerCandidate>>()>;
 
-  WorkerClient(WorkerProgram program, int ordinal) : program_(std::move(program)), ordinal_(ordinal) {}
+  WorkerClient(WorkerProgram program, int ordinal)
+      : program_(std::move(program)), ordinal_(ordinal) {}
 
   // Starts a worker now (it opens the GPU, the slow part), without waiting.
   absl::Status Start();
@@ -56,7 +58,8 @@ class WorkerClient {
                                                            Measurement* failure);
 
   // Workers started again for a job after one failed, over all jobs.
-  std::int64_t restarts() const { return restarts_; }
+  // Readable from any thread.
+  std::int64_t restarts() const { return restarts_.load(std::memory_order_relaxed); }
   // Time spent waiting for workers' set-up and references.
   Millis setup_wait() const { return setup_wait_; }
 
@@ -73,11 +76,11 @@ class WorkerClient {
   WorkerProgram program_;
   int ordinal_;
   std::optional<Subprocess> worker_;
-  bool ready_ = false;    // set up, reference made
-  int outstanding_ = 0;   // answers the worker still owes
+  bool ready_ = false;   // set up, reference made
+  int outstanding_ = 0;  // answers the worker still owes
   bool bound_ = false;
-  int starts_ = 0;        // workers started for the bound job
-  std::int64_t restarts_ = 0;
+  int starts_ = 0;  // workers started for the bound job
+  std::atomic<std::int64_t> restarts_{0};
   Millis setup_wait_{0};
   v1::WorkerSetup setup_;
   ReferenceSource reference_;

@@ -15,6 +15,20 @@ bool IsUri(std::string_view locator) {
   return locator.starts_with("postgresql://") || locator.starts_with("postgres://");
 }
 
+std::string ArrayLiteral(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += ',';
+    out += '"';
+    for (const char c : items[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
 std::string Redact(std::string_view uri) {
   std::string out(uri);
   // user:PASSWORD@ in the authority.

@@ -26,6 +26,10 @@ bool IsUri(std::string_view locator);
 // "***", for messages and logs.
 std::string Redact(std::string_view uri);
 
+// A text[] literal of `items` ({"a","b"}, each element quoted), for a
+// parameter cast to text[].
+std::string ArrayLiteral(const std::vector<std::string>& items);
+
 struct ResultClearer {
   void operator()(PGresult* r) const noexcept { PQclear(r); }
 };

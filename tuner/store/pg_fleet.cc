@@ -13,21 +13,6 @@
 namespace ktune {
 namespace {
 
-// A text[] literal: {"a","b"}, each element quoted.
-std::string ArrayLiteral(const std::vector<std::string>& items) {
-  std::string out = "{";
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += ',';
-    out += '"';
-    for (const char c : items[i]) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c;
-    }
-    out += '"';
-  }
-  return out + "}";
-}
-
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()); }
 
 }  // namespace
@@ -69,7 +54,7 @@ VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING)sql",
       conn_.Run(R"sql(
 UPDATE ktune.jobs SET lease_until = now() + $2 * interval '1 millisecond'
 WHERE runner = $1 AND state = 'running' AND id = ANY($3::text[]))sql",
-                pg::Params().Add(daemon).Add(Ms(lease)).Add(ArrayLiteral(running))));
+                pg::Params().Add(daemon).Add(Ms(lease)).Add(pg::ArrayLiteral(running))));
   FleetBeat beat;
   KTUNE_ASSIGN_OR_RETURN(pg::Result asked, conn_.Exec(R"sql(
 SELECT id FROM ktune.jobs WHERE runner = $1 AND state = 'running' AND cancel_asked ORDER BY id)sql",
@@ -80,7 +65,7 @@ SELECT id FROM ktune.jobs WHERE runner = $1 AND state = 'running' AND cancel_ask
                            conn_.Exec(R"sql(
 SELECT id FROM ktune.jobs
 WHERE id = ANY($2::text[]) AND (runner <> $1 OR state <> 'running') ORDER BY id)sql",
-                                      pg::Params().Add(daemon).Add(ArrayLiteral(running))));
+                                      pg::Params().Add(daemon).Add(pg::ArrayLiteral(running))));
     for (int i = 0; i < lost.rows(); ++i) beat.lost.push_back(lost.Text(i, 0));
   }
   KTUNE_RETURN_IF_ERROR(tx.Commit());
@@ -140,16 +125,13 @@ absl::StatusOr<std::optional<JobRecord>> PgStore::Claim(const std::string& daemo
   for (const char* which :
        {"state = 'running' AND lease_until < now()", "state IN ('queued', 'interrupted')"}) {
     // Each model's first job through its index, then the first of those.
-    KTUNE_ASSIGN_OR_RETURN(
-        r,
-        conn_.Exec(
-            StrCat(R"sql(
+    KTUNE_ASSIGN_OR_RETURN(r, conn_.Exec(StrCat(R"sql(
 WITH next AS (
   SELECT c.id FROM unnest($2::text[]) AS m(model)
   CROSS JOIN LATERAL (
     SELECT id, priority, created_at FROM ktune.jobs
     WHERE model <> '' AND model = m.model AND NOT cancel_asked AND )sql",
-                   which, R"sql(
+                                                which, R"sql(
     ORDER BY priority DESC, created_at, id
     LIMIT 1 FOR UPDATE SKIP LOCKED) c
   ORDER BY c.priority DESC, c.created_at, c.id LIMIT 1)
@@ -157,7 +139,11 @@ UPDATE ktune.jobs j SET state = 'running', runner = $1, message = '', updated_at
   lease_until = now() + $3 * interval '1 millisecond'
 FROM next WHERE j.id = next.id
 RETURNING j.id)sql"),
-            pg::Params().Add(daemon).Add(ArrayLiteral(models)).Add(Ms(lease)).Add(NowIso8601())));
+                                         pg::Params()
+                                             .Add(daemon)
+                                             .Add(pg::ArrayLiteral(models))
+                                             .Add(Ms(lease))
+                                             .Add(NowIso8601())));
     if (r.rows() > 0) break;
   }
   if (r.rows() == 0) return std::optional<JobRecord>();
@@ -203,7 +189,7 @@ WITH next AS (
   ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 1)
 UPDATE ktune.submissions s SET taken_at = now() FROM next WHERE s.id = next.id
 RETURNING s.id, s.spec, s.priority, s.model, s.client)sql",
-                                                  pg::Params().Add(ArrayLiteral(models))));
+                                                  pg::Params().Add(pg::ArrayLiteral(models))));
   if (r.rows() == 0) return std::optional<FleetSubmission>();
   FleetSubmission s;
   s.id = r.Int(0, 0);

@@ -555,6 +555,21 @@ FROM ktune.measurements WHERE job_id = $1 ORDER BY seq)sql",
   return out;
 }
 
+absl::StatusOr<std::map<std::string, StoredMeasurement>> PgStore::LoadBestOfJobs(
+    const std::vector<std::string>& job_ids) {
+  std::map<std::string, StoredMeasurement> out;
+  if (job_ids.empty()) return out;
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r,
+                         conn_.Exec(KTUNE_BEST_OF_JOBS("ktune.", "job_id = ANY($1::text[])"),
+                                    pg::Params().Add(pg::ArrayLiteral(job_ids))));
+  for (int i = 0; i < r.rows(); ++i) {
+    const std::string job = r.Text(i, 21);
+    KTUNE_ASSIGN_OR_RETURN(StoredMeasurement m, rows::Measurement(r.At(i), job));
+    out.emplace(job, std::move(m));
+  }
+  return out;
+}
+
 absl::StatusOr<JobRecord> PgStore::GetJob(const std::string& id_or_prefix) {
   if (id_or_prefix.empty()) return absl::InvalidArgumentError("empty job id");
   KTUNE_ASSIGN_OR_RETURN(pg::Result exact, conn_.Exec(StrCat(kJobColumns, " WHERE j.id = $1"),
@@ -651,6 +666,24 @@ LIMIT $5)sql",
 absl::StatusOr<std::int64_t> PgStore::ChangeCount() {
   KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec("SELECT n FROM ktune.changes WHERE id = 1"));
   if (r.rows() != 1) return absl::DataLossError(StrCat(name_, ": ktune.changes has no row"));
+  return r.Int(0, 0);
+}
+
+absl::StatusOr<std::map<JobState, std::int64_t>> PgStore::CountJobs() {
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
+SELECT state, CASE WHEN state = 'running' THEN runner ELSE '' END, count(*) FROM ktune.jobs
+GROUP BY 1, 2)sql"));
+  std::map<JobState, std::int64_t> counts;
+  for (int i = 0; i < r.rows(); ++i) {
+    KTUNE_RETURN_IF_ERROR(AddJobCount(counts, r.Text(i, 0), r.Text(i, 1), r.Int(i, 2)));
+  }
+  return counts;
+}
+
+absl::StatusOr<std::int64_t> PgStore::SizeBytes() {
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
+SELECT COALESCE(sum(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'ktune' AND c.relkind = 'r')sql"));
   return r.Int(0, 0);
 }
 

@@ -71,6 +71,10 @@ class PgStore final : public Store, public FleetQueue {
   absl::StatusOr<std::int64_t> ChangeCount() override;
   // Checks that every row reads back (jobs, measurements, best records).
   absl::Status CheckIntegrity() override;
+  absl::StatusOr<std::map<std::string, StoredMeasurement>> LoadBestOfJobs(
+      const std::vector<std::string>& job_ids) override;
+  absl::StatusOr<std::map<JobState, std::int64_t>> CountJobs() override;
+  absl::StatusOr<std::int64_t> SizeBytes() override;
   // One REPEATABLE READ transaction, table by table (store/pg_merge.cc).
   absl::Status Snapshot(const std::string& path) override;
 

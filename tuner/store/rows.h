@@ -35,6 +35,17 @@ inline constexpr const char* kMeasurementColumns =
     "max_ms, q1_ms, q3_ms, stddev_ms, samples, compile_ms, cost_ms, message, measured_at, "
     "conditions, samples_ms";
 
+// Each job's best ok measurement: kMeasurementColumns then job_id, from
+// `K`measurements filtered by `where` (naming the jobs).
+#define KTUNE_BEST_OF_JOBS(K, where)                                                \
+  "SELECT seq, config_key, config, status, time_ms, objective, loss, median_ms,\n"  \
+  "  mean_ms, min_ms, max_ms, q1_ms, q3_ms, stddev_ms, samples, compile_ms,\n"      \
+  "  cost_ms, message, measured_at, conditions, samples_ms, job_id FROM (\n"        \
+  "  SELECT m.*, ROW_NUMBER() OVER (PARTITION BY job_id ORDER BY loss, seq) AS r\n" \
+  "  FROM " K                                                                       \
+  "measurements m\n"                                                                \
+  "  WHERE " where " AND status = 'ok' AND loss IS NOT NULL) best WHERE r = 1"
+
 // The best-record columns (b: best, k: kernels, d: devices).
 inline constexpr const char* kBestColumns =
     "k.name, k.source_hash, d.locator, d.name, d.architecture, d.uuid, d.memory_bytes, d.driver, "

@@ -1,5 +1,7 @@
 #include "tuner/store/sqlite_store.h"
 
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -386,6 +388,26 @@ absl::StatusOr<std::vector<StoredMeasurement>> SqliteStore::LoadMeasurements(
   return out;
 }
 
+absl::StatusOr<std::map<std::string, StoredMeasurement>> SqliteStore::LoadBestOfJobs(
+    const std::vector<std::string>& job_ids) {
+  std::map<std::string, StoredMeasurement> out;
+  if (job_ids.empty()) return out;
+  Json ids = Json::MakeArray();
+  for (const std::string& id : job_ids) ids.Push(id);
+  KTUNE_ASSIGN_OR_RETURN(
+      sqlite::Statement q,
+      db_.Prepare(KTUNE_BEST_OF_JOBS("", "job_id IN (SELECT value FROM json_each(?1))")));
+  const std::string list = ids.Dump();
+  q.Bind(1, std::string_view(list));
+  KTUNE_RETURN_IF_ERROR(q.ForEachRow([&]() -> absl::Status {
+    const std::string job = q.Text(21);
+    KTUNE_ASSIGN_OR_RETURN(StoredMeasurement m, rows::Measurement(q, job));
+    out.emplace(job, std::move(m));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<std::vector<JobRecord>> SqliteStore::ReadJobs(sqlite::Statement& stmt) {
   std::vector<JobRecord> out;
   absl::Status s = stmt.ForEachRow([&]() -> absl::Status {
@@ -483,6 +505,27 @@ LIMIT ?5)sql"));
   });
   if (!status.ok()) return status;
   return out;
+}
+
+absl::StatusOr<std::map<JobState, std::int64_t>> SqliteStore::CountJobs() {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement q, db_.Prepare(R"sql(
+SELECT state, CASE WHEN state = 'running' THEN runner ELSE '' END, count(*) FROM jobs
+GROUP BY 1, 2)sql"));
+  std::map<JobState, std::int64_t> counts;
+  KTUNE_RETURN_IF_ERROR(
+      q.ForEachRow([&] { return AddJobCount(counts, q.Text(0), q.Text(1), q.Int(2)); }));
+  return counts;
+}
+
+absl::StatusOr<std::int64_t> SqliteStore::SizeBytes() {
+  KTUNE_ASSIGN_OR_RETURN(sqlite::Statement q,
+                         db_.Prepare("SELECT (SELECT page_count FROM pragma_page_count) * "
+                                     "(SELECT page_size FROM pragma_page_size)"));
+  KTUNE_ASSIGN_OR_RETURN(const bool row, q.Step());
+  std::int64_t bytes = row ? q.Int(0) : 0;
+  struct stat wal;
+  if (stat((path_ + "-wal").c_str(), &wal) == 0) bytes += wal.st_size;
+  return bytes;
 }
 
 absl::Status SqliteStore::CheckIntegrity() {

@@ -52,6 +52,10 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::int64_t> ChangeCount() override;
   // PRAGMA integrity_check; OK when it reports "ok".
   absl::Status CheckIntegrity() override;
+  absl::StatusOr<std::map<std::string, StoredMeasurement>> LoadBestOfJobs(
+      const std::vector<std::string>& job_ids) override;
+  absl::StatusOr<std::map<JobState, std::int64_t>> CountJobs() override;
+  absl::StatusOr<std::int64_t> SizeBytes() override;
   // VACUUM INTO: a compact copy, consistent even while others write.
   absl::Status Snapshot(const std::string& path) override;
 

@@ -63,6 +63,18 @@ void MarkInterruptedIfRunnerGone(JobRecord& j) {
                                           : "run the same job again to resume it");
 }
 
+absl::Status AddJobCount(std::map<JobState, std::int64_t>& counts, std::string_view state,
+                         const std::string& runner, std::int64_t n) {
+  const std::optional<JobState> parsed = ParseJobState(state);
+  if (!parsed) return absl::DataLossError(StrCat("a job has the unknown state '", state, "'"));
+  JobRecord j;
+  j.state = *parsed;
+  j.runner = runner;
+  MarkInterruptedIfRunnerGone(j);
+  counts[j.state] += n;
+  return absl::OkStatus();
+}
+
 absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner, bool leased,
                                   bool to_start) {
   const std::optional<ProcessName> self = ThisProcess();

@@ -12,6 +12,7 @@
 #define KTUNE_TUNER_STORE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -154,6 +155,11 @@ class Store {
   virtual absl::StatusOr<std::vector<StoredMeasurement>> LoadMeasurements(
       const std::string& job_id) = 0;
 
+  // The best measurement (lowest loss, then first measured) of each of
+  // `job_ids` that has an ok one, by job id.
+  virtual absl::StatusOr<std::map<std::string, StoredMeasurement>> LoadBestOfJobs(
+      const std::vector<std::string>& job_ids) = 0;
+
   // The job with this id, or the only job whose id starts with it.
   // NOT_FOUND, or INVALID_ARGUMENT when a prefix is ambiguous or empty.
   virtual absl::StatusOr<JobRecord> GetJob(const std::string& id_or_prefix) = 0;
@@ -200,6 +206,15 @@ class Store {
   // another) commits to the store; it may also change with this one's.
   virtual absl::StatusOr<std::int64_t> ChangeCount() = 0;
 
+  // How many jobs are in each state, as GetJob reads them (a running job
+  // whose process of this host ended counts as interrupted). States with
+  // no job are absent.
+  virtual absl::StatusOr<std::map<JobState, std::int64_t>> CountJobs() = 0;
+
+  // The bytes the store takes: SQLite, the file and its write-ahead log;
+  // PostgreSQL, the ktune schema's tables with their indexes.
+  virtual absl::StatusOr<std::int64_t> SizeBytes() = 0;
+
   // The backend's own consistency check; OK when it finds nothing wrong.
   virtual absl::Status CheckIntegrity() = 0;
 
@@ -223,6 +238,11 @@ class Store {
 // marked interrupted, with a message that says so. Backends call it on
 // every job they read.
 void MarkInterruptedIfRunnerGone(JobRecord& job);
+
+// Adds `n` jobs stored in state `state` (run by `runner` when running) to
+// `counts` as CountJobs reads them; DATA_LOSS for a state it does not know.
+absl::Status AddJobCount(std::map<JobState, std::int64_t>& counts, std::string_view state,
+                         const std::string& runner, std::int64_t n);
 
 // Whether `runner`, the process that a running job's row names, is another
 // process that owns the job now: a live process of this host, or a fleet
