@@ -6,7 +6,11 @@
 // a soak (32 clients submitting and watching jobs while 32 others query
 // GetBest) in four rounds, with the daemon's resident memory after each.
 //
-//   daemon_bench [--postgres] [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
+//   daemon_bench [--postgres] [--dashboard] [SECONDS_PER_LOAD (2)] [SOAK_SECONDS (60)]
+//
+// --dashboard: GetBest at 32 clients with the HTTP endpoint idle and with
+// it polled as open dashboards poll it (the jobs page, the devices page
+// and a job's page, and a Prometheus scrape), alternating, in one run.
 //
 // --postgres: the GetBest loads again, side by side in the same run, on a
 // ktuned whose store is PostgreSQL (a throwaway cluster, as the tests
@@ -23,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +39,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "ktune/v1/tuner.grpc.pb.h"
+#include "tests/testing/http_client.h"
 #include "tests/testing/postgres.h"
 #include "tests/testing/process.h"
 
@@ -246,7 +252,9 @@ Daemon StartDaemon(const std::string& db, const std::string& dir, const CoreSpli
   RunOn(cores.daemon);  // inherited by the daemon
   Daemon d;
   d.pid = ktune::testing::Spawn(
-      kKtuned, {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4"},
+      kKtuned,
+      {"--listen", "127.0.0.1:0", "--db", db, "--device", kConv, "--max-running", "4", "--http",
+       "127.0.0.1:0", "--http-port-file", dir + "/http"},
       out, err);
   RunOn(cores.generator);
   for (int i = 0; i < 2000 && d.address.empty(); ++i) {
@@ -285,6 +293,86 @@ bool RunJob(ktune::v1::Tuner::Stub& stub, const ktune::v1::JobSpec& spec) {
   return reader->Finish().ok() && state == ktune::v1::SUCCEEDED;
 }
 
+// What open dashboards ask of the HTTP endpoint while it runs: the jobs
+// page and the devices page every 2 s, a job's page every second (its new
+// measurements), and a Prometheus scrape every 15 s; `speedup` times as
+// often.
+class DashboardPoller {
+ public:
+  DashboardPoller(std::string http, std::string job, double speedup)
+      : http_(std::move(http)), job_(std::move(job)), speedup_(speedup) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~DashboardPoller() {
+    stop_ = true;
+    thread_.join();
+  }
+  long requests() const { return requests_; }
+  long failures() const { return failures_; }
+
+ private:
+  void Loop() {
+    const auto start = Clock::now();
+    std::vector<std::pair<std::string, double>> pages = {{"/api/jobs", 2.0},
+                                                         {"/api/devices", 2.0},
+                                                         {"/api/jobs/" + job_ + "?from=100", 1.0},
+                                                         {"/metrics", 15.0}};
+    std::vector<Clock::time_point> next(pages.size(), start);
+    while (!stop_) {
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        if (Clock::now() < next[i]) continue;
+        next[i] += std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double>(pages[i].second / speedup_));
+        const ktune::testing::HttpAnswer a = ktune::testing::HttpFetch(http_, pages[i].first);
+        ++requests_;
+        if (a.status != 200) ++failures_;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  std::string http_, job_;
+  double speedup_;
+  std::atomic<bool> stop_{false};
+  std::atomic<long> requests_{0}, failures_{0};
+  std::thread thread_;
+};
+
+// GetBest at 32 clients, the dashboard closed and open in turn, three
+// rounds; then each side's medians.
+void DashboardLoads(const std::string& address, const std::string& http, const std::string& job,
+                    double per_load) {
+  for (double speedup : {1.0, 10.0}) {
+    std::vector<LoadResult> closed, open;
+    long requests = 0, failed = 0;
+    for (int round = 0; round < 3; ++round) {
+      closed.push_back(GetBestLoad(address, 32, per_load));
+      {
+        DashboardPoller poller(http, job, speedup);
+        open.push_back(GetBestLoad(address, 32, per_load));
+        requests += poller.requests();
+        failed += poller.failures();
+      }
+    }
+    auto median = [](std::vector<LoadResult> runs, double LoadResult::*field) {
+      std::sort(runs.begin(), runs.end(),
+                [&](const LoadResult& a, const LoadResult& b) { return a.*field < b.*field; });
+      return runs[1].*field;
+    };
+    for (const auto& [what, runs] : {std::pair{"closed", &closed}, std::pair{"open", &open}}) {
+      LoadResult m;
+      m.requests_per_s = median(*runs, &LoadResult::requests_per_s);
+      m.p50_us = median(*runs, &LoadResult::p50_us);
+      m.p99_us = median(*runs, &LoadResult::p99_us);
+      for (const LoadResult& r : *runs) m.failures += r.failures;
+      const std::string tag = std::string(", dashboard ") + what +
+                              (speedup > 1 ? " (polled 10x as often)" : "") + ", median of 3";
+      Print(32, m, tag.c_str());
+    }
+    std::printf("  dashboard requests answered while open: %ld (%ld failed)\n", requests, failed);
+  }
+}
+
 // Three runs of each load, then their medians: these machines are noisy.
 void Loads(const std::string& address, double per_load, const std::string& backend) {
   const std::string tag = " [" + backend + "]";
@@ -316,6 +404,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as ktuned does
   std::vector<std::string> args(argv + 1, argv + argc);
   const bool postgres = std::erase(args, std::string("--postgres")) > 0;
+  const bool dashboard = std::erase(args, std::string("--dashboard")) > 0;
   const double per_load = args.size() > 0 ? std::atof(args[0].c_str()) : 2.0;
   const double soak = args.size() > 1 ? std::atof(args[1].c_str()) : 60.0;
   char dir_template[] = "/tmp/ktune_daemon_bench.XXXXXX";
@@ -334,6 +423,18 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("ktuned on %s; %s\n", address.c_str(), cores.description.c_str());
+  if (dashboard) {
+    ktune::v1::ListJobsRequest lr;
+    ktune::v1::ListJobsResponse jobs;
+    grpc::ClientContext lctx;
+    if (!stub->ListJobs(&lctx, lr, &jobs).ok() || jobs.jobs_size() == 0) return 1;
+    std::string http = ktune::testing::Slurp(dir + "/http");
+    while (!http.empty() && std::isspace(static_cast<unsigned char>(http.back()))) http.pop_back();
+    DashboardLoads(address, http, jobs.jobs(0).id(), per_load);
+    kill(daemon, SIGTERM);
+    ktune::testing::WaitExit(daemon);
+    return std::system(("rm -rf " + dir).c_str()) == 0 ? 0 : 1;
+  }
   Loads(address, per_load, "sqlite");
   if (postgres) {
     // The same, side by side, with a PostgreSQL store (a throwaway

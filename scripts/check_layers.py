@@ -38,8 +38,9 @@ ALLOWED = {
     "strategies": ["tuner/base", "tuner/space"],
     "server/common": ["tuner", "strategies"],
     "server/runner": ["tuner", "strategies", "server/common"],
-    "server/daemon": ["tuner", "strategies", "server/common", "server/runner"],
-    "server/cli": ["tuner", "strategies", "server/common", "server/runner"],
+    "server/web": ["tuner/base"],
+    "server/daemon": ["tuner", "strategies", "server/common", "server/runner", "server/web"],
+    "server/cli": ["tuner", "strategies", "server/common", "server/runner", "server/web"],
     "server/client": ["tuner/base", "tuner/expr", "tuner/space", "tuner/store", "server/common"],
 }
 CHECKED_ROOTS = ("tuner/", "strategies/", "server/")

@@ -29,6 +29,7 @@ extern const Command kDevices;
 extern const Command kEvaluate;
 extern const Command kMerge;
 extern const Command kExport;
+extern const Command kReport;
 
 }  // namespace ktune::cli
 

@@ -168,4 +168,26 @@ std::optional<Failure> OpenExistingStore(const Args& args, std::unique_ptr<Store
   return std::nullopt;
 }
 
+std::optional<Failure> LoadStoredJob(const Args& args, JobRecord* job,
+                                     std::vector<StoredMeasurement>* measurements) {
+  if (args.positional().empty()) {
+    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
+  }
+  std::unique_ptr<Store> store;
+  if (auto f = OpenExistingStore(args, store)) return f;
+  absl::StatusOr<JobRecord> found = store->GetJob(args.positional()[0]);
+  if (!found.ok()) {
+    if (found.status().code() == absl::StatusCode::kNotFound ||
+        found.status().code() == absl::StatusCode::kInvalidArgument) {
+      return Failure{kExitInvalidInput, StrCat("JOB: ", found.status().message())};
+    }
+    return Error(found.status());
+  }
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = store->LoadMeasurements(found->id);
+  if (!ms.ok()) return Error(ms.status());
+  *job = *std::move(found);
+  *measurements = *std::move(ms);
+  return std::nullopt;
+}
+
 }  // namespace ktune::cli

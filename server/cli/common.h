@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ktune/v1/job.pb.h"
-#include "server/common/flags.h"
 #include "server/cli/output.h"
+#include "server/common/flags.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
@@ -95,6 +95,12 @@ std::string DefaultDbPath();
 // Opens the store for a command that only reads: it must exist. A store
 // that is missing or not a ktune store is invalid input naming --db.
 std::optional<Failure> OpenExistingStore(const Args& args, std::unique_ptr<Store>& out);
+
+// The job the first positional argument names (an id or its unique
+// prefix), from --db's store, with its measurements in evaluation order.
+// An unknown or ambiguous JOB is invalid input.
+std::optional<Failure> LoadStoredJob(const Args& args, JobRecord* job,
+                                     std::vector<StoredMeasurement>* measurements);
 
 }  // namespace ktune::cli
 

@@ -6,13 +6,18 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include "absl/status/status.h"
 #include "server/cli/command.h"
 #include "server/cli/remote.h"
 #include "server/common/convert.h"
+#include "server/web/assets.h"
+#include "tuner/base/file.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/store.h"
@@ -42,6 +47,9 @@ const CommandSpec kEvaluateCommand{
       "stop each run at the short budget: the short score only, ten times faster"},
      {"warm-from", "sim:FILE",
       "warm-start every run from this recording of the same kernel (another GPU)"},
+     {"html", "FILE",
+      "also write the comparison as one HTML file: the scores and, per space, each "
+      "strategy's mean best-so-far curve beside random search's"},
      kJsonFlag},
     0};
 
@@ -56,6 +64,121 @@ std::string Figure(double v, int width) {
   }
   return buf;
 }
+
+// The live line on a terminal: spaces and repeats done, time left (from
+// the pace so far; every repeat of every strategy counted alike).
+class EvaluateProgress {
+ public:
+  EvaluateProgress(std::size_t spaces, std::size_t strategies, int repeats)
+      : tty_(isatty(STDERR_FILENO) == 1),
+        spaces_(spaces),
+        total_(static_cast<double>(spaces * strategies) * repeats),
+        repeats_(repeats),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Repeat(std::size_t space, const std::string& strategy, int done) {
+    ++units_;
+    const auto now = std::chrono::steady_clock::now();
+    if (!tty_ || (done < repeats_ && now - last_ < std::chrono::milliseconds(100))) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double left = elapsed / units_ * (total_ - units_);
+    std::fprintf(stderr, "\r\033[Kevaluate: space %zu/%zu, %s, repeat %d/%d; %s left", space + 1,
+                 spaces_, strategy.c_str(), done, repeats_, Left(left).c_str());
+    shown_ = true;
+  }
+  void Finish() {
+    if (shown_) std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
+  }
+
+ private:
+  static std::string Left(double s) {
+    if (s < 60) return StrCat(static_cast<int>(s + 0.5), " s");
+    if (s < 3600) return StrCat(static_cast<int>(s / 60), " min ", static_cast<int>(s) % 60, " s");
+    return StrCat(static_cast<int>(s / 3600), " h ", static_cast<int>(s / 60) % 60, " min");
+  }
+  bool tty_;
+  std::size_t spaces_;
+  double total_;
+  int repeats_;
+  double units_ = 0;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point start_, last_{};
+};
+
+// A best-so-far curve for a chart: at most about 400 points, spaced evenly
+// on a log scale of evaluations (the charts' axis), first and last kept.
+Json CurvePoints(const std::vector<double>& curve) {
+  Json out = Json::MakeArray();
+  const auto n = static_cast<double>(curve.size());
+  std::int64_t last = 0;
+  for (int i = 0; i <= 400 && n > 0; ++i) {
+    const auto b = static_cast<std::int64_t>(std::round(std::pow(n, i / 400.0)));
+    if (b <= last) continue;
+    last = b;
+    Json p = Json::MakeArray();
+    p.Push(b);
+    p.Push(curve[static_cast<std::size_t>(b - 1)]);
+    out.Push(std::move(p));
+  }
+  return out;
+}
+
+// The comparison as ktune evaluate --html writes it: the dashboard's
+// strategy page, its data inside.
+class EvaluationPage {
+ public:
+  void AddSpace(const std::string& name, const ScoreBaseline& baseline) {
+    Json space = Json::MakeObject();
+    space.Set("name", name);
+    space.Set("optimum", baseline.optimum());
+    space.Set("shortBudget", baseline.short_budget());
+    space.Set("longBudget", baseline.long_budget());
+    space.Set("results", Json::MakeArray());
+    spaces_.Push(std::move(space));
+    baseline_ = &baseline;
+  }
+  void AddResult(const StrategyScore& sc) {
+    Json& space = spaces_.as_array().back();
+    if (space.Find("random") == nullptr) {
+      std::vector<double> random;
+      for (std::size_t b = 1; b <= sc.mean_curve.size(); ++b) {
+        random.push_back(baseline_->RandomBest(static_cast<std::int64_t>(b)));
+      }
+      space.Set("random", CurvePoints(random));
+    }
+    Json r = Json::MakeObject();
+    r.Set("strategy", sc.strategy);
+    r.Set("shortScore", sc.short_score);
+    r.Set("longScore", sc.long_score);  // NaN (short runs only) is written as null
+    r.Set("curve", CurvePoints(sc.mean_curve));
+    for (auto& [key, value] : space.as_object()) {
+      if (key == "results") value.Push(std::move(r));
+    }
+  }
+  std::optional<Failure> Write(const std::string& path, const std::vector<std::string>& strategies,
+                               Json averages, int repeats) {
+    Json data = Json::MakeObject();
+    data.Set("kind", "evaluation");
+    Json names = Json::MakeArray();
+    for (const std::string& s : strategies) names.Push(s);
+    data.Set("strategies", std::move(names));
+    data.Set("spaces", std::move(spaces_));
+    data.Set("averages", std::move(averages));
+    data.Set("repeats", repeats);
+    const std::string page = SelfContainedPage("ktune: strategies compared", data.Dump());
+    if (absl::Status st = WriteFileAtomically(path, page); !st.ok()) {
+      return Failure{kExitError, StrCat("--html: ", st.message())};
+    }
+    std::fprintf(stderr, "ktune evaluate: wrote %s\n", path.c_str());
+    return std::nullopt;
+  }
+
+ private:
+  Json spaces_ = Json::MakeArray();
+  const ScoreBaseline* baseline_ = nullptr;
+};
 
 // What evaluate runs: the recordings, the strategies with their settings,
 // the options, and a recording to warm-start from.
@@ -148,6 +271,8 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   Json spaces = Json::MakeArray();
   std::map<std::string, std::vector<double>> short_scores, long_scores;
   const bool json = args.Has("json");
+  EvaluateProgress progress(recordings.size(), strategies.size(), options.repeats);
+  EvaluationPage page;
   if (!json) {
     std::printf("%-44s %-12s %7s %7s %6s %6s %6s %6s %9s\n", "SPACE (short/long budget)",
                 "STRATEGY", "SHORT", "LONG", "@20", "@50", "@100", "@200", "MS/PROP");
@@ -156,6 +281,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     const RecordedSpace& rs = recordings[i];
     const ScoreBaseline baseline = BaselineOf(rs);
     std::string label = devices[i].substr(devices[i].find_last_of('/') + 1);
+    page.AddSpace(label, baseline);
     Json space = Json::MakeObject();
     space.Set("space", devices[i]);
     space.Set("short_budget", baseline.short_budget());
@@ -180,8 +306,12 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         so.settings = parsed.at(name).options;
         return MakeStrategy(parsed.at(name).name, sp, so);
       };
-      absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, options);
+      EvaluateOptions run = options;
+      run.on_repeat = [&, i](int done) { progress.Repeat(i, name, done); };
+      absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, run);
+      progress.Finish();
       if (!sc.ok()) return Error(sc.status());
+      page.AddResult(*sc);
       short_scores[name].push_back(sc->short_score);
       long_scores[name].push_back(sc->long_score);
       if (json) {
@@ -219,7 +349,13 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   Json averages = Json::MakeArray();
+  Json page_averages = Json::MakeArray();
   for (const std::string& name : strategies) {
+    Json pa = Json::MakeObject();
+    pa.Set("strategy", name);
+    pa.Set("shortScore", mean(short_scores[name]));
+    pa.Set("longScore", mean(long_scores[name]));
+    page_averages.Push(std::move(pa));
     const double lo_short = *std::min_element(short_scores[name].begin(), short_scores[name].end());
     const double lo_long = *std::min_element(long_scores[name].begin(), long_scores[name].end());
     if (json) {
@@ -237,6 +373,9 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
                   Figure(lo_long, 0).c_str(), options.repeats, options.batch,
                   options.short_only ? ", short budget only" : "");
     }
+  }
+  if (auto html = args.Get("html")) {
+    if (auto f = page.Write(*html, strategies, std::move(page_averages), options.repeats)) return f;
   }
   if (json) {
     out.Set("spaces", std::move(spaces));

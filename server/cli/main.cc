@@ -37,6 +37,7 @@ std::string MainHelp() {
                 "  evaluate  score search strategies on recorded spaces\n"
                 "  merge     add other stores' jobs and measurements to this one\n"
                 "  export    write a SQLite snapshot of the store (a fleet's PostgreSQL)\n"
+                "  report    write one job's page as a self-contained HTML file\n"
                 "  version   print the version\n\n"
                 "With --server ADDR the commands talk to a ktuned daemon instead of the\n"
                 "local store (--token-file, --tls-ca for a secured daemon).\n\n"
@@ -44,9 +45,8 @@ std::string MainHelp() {
 }
 
 const Command* FindCommand(const std::string& name) {
-  for (const Command* c :
-       {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices, &kEvaluate, &kMerge,
-                            &kExport}) {
+  for (const Command* c : {&kTune, &kBest, &kJobs, &kShow, &kWatch, &kCancel, &kDevices, &kEvaluate,
+                           &kMerge, &kExport, &kReport}) {
     if (c->spec->name == name) return c;
   }
   return nullptr;

@@ -24,22 +24,10 @@ const CommandSpec kShowCommand{
     WithRemoteFlags({kDbFlag}), 1};
 
 std::optional<Failure> RunShow(const Args& args, int* exit_code) {
-  if (args.positional().empty()) {
-    return Failure{kExitInvalidInput, "give a JOB id (see ktune jobs)"};
-  }
-  std::unique_ptr<Store> store;
-  if (auto f = OpenExistingStore(args, store)) return f;
-  absl::StatusOr<JobRecord> job = store->GetJob(args.positional()[0]);
-  if (!job.ok()) {
-    if (job.status().code() == absl::StatusCode::kNotFound ||
-        job.status().code() == absl::StatusCode::kInvalidArgument) {
-      return Failure{kExitInvalidInput, StrCat("JOB: ", job.status().message())};
-    }
-    return Error(job.status());
-  }
-  absl::StatusOr<std::vector<StoredMeasurement>> ms = store->LoadMeasurements(job->id);
-  if (!ms.ok()) return Error(ms.status());
-  PrintShow(*job, *ms, args.Has("json"));
+  JobRecord job;
+  std::vector<StoredMeasurement> ms;
+  if (auto f = LoadStoredJob(args, &job, &ms)) return f;
+  PrintShow(job, ms, args.Has("json"));
   *exit_code = kExitOk;
   return std::nullopt;
 }

@@ -1,5 +1,7 @@
 #include "server/common/convert.h"
 
+#include <array>
+
 #include <google/protobuf/util/time_util.h>
 
 #include <cmath>
@@ -185,6 +187,27 @@ void JobToProto(const JobRecord& j, v1::Job* out) {
   out->set_strategy(j.strategy);
   out->set_source_hash(j.source_hash);
   out->set_client(j.client);
+}
+
+void JobWithMeasurementsToProto(const JobRecord& job, const std::vector<StoredMeasurement>& ms,
+                                bool include, std::int64_t from, v1::Job* out) {
+  JobToProto(job, out);
+  const StoredMeasurement* best = nullptr;
+  std::array<std::int64_t, kNumCandidateStatuses> counts{};
+  for (const StoredMeasurement& m : ms) {
+    ++counts[static_cast<std::size_t>(m.measurement.status)];
+    if (m.measurement.ok() && m.loss && (best == nullptr || *m.loss < *best->loss)) best = &m;
+    if (include && m.sequence >= from) MeasurementToProto(m, out->add_measurements());
+  }
+  if (best != nullptr) MeasurementToProto(*best, out->mutable_best());
+  for (int i = 0; i < kNumCandidateStatuses; ++i) {
+    if (counts[static_cast<std::size_t>(i)] > 0) {
+      (*out->mutable_progress()
+            ->mutable_status_counts())[CandidateStatusName(static_cast<CandidateStatus>(i))] =
+          counts[static_cast<std::size_t>(i)];
+    }
+  }
+  out->mutable_progress()->set_max_evaluations(out->spec().strategy().max_evaluations());
 }
 
 JobRecord JobFromProto(const v1::Job& j) {

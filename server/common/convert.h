@@ -27,6 +27,11 @@ StoredMeasurement MeasurementFromProto(const v1::MeasurementRecord& m);
 
 // The job's spec is parsed from the record's serialized copy.
 void JobToProto(const JobRecord& job, v1::Job* out);
+// The job as GetJob answers: with its best measurement, the count of each
+// status and its budget, and (with `include`) its measurements from
+// sequence `from` on.
+void JobWithMeasurementsToProto(const JobRecord& job, const std::vector<StoredMeasurement>& ms,
+                                bool include, std::int64_t from, v1::Job* out);
 JobRecord JobFromProto(const v1::Job& job);
 
 void ProgressToProto(const Progress& progress, v1::Progress* out);

@@ -25,7 +25,9 @@
 
 #include "absl/synchronization/mutex.h"
 #include "server/common/flags.h"
+#include "server/daemon/http.h"
 #include "server/daemon/listen.h"
+#include "server/daemon/metrics.h"
 #include "server/daemon/scheduler.h"
 #include "server/daemon/service.h"
 #include "server/runner/runner.h"
@@ -60,6 +62,10 @@ const CommandSpec kDaemonCommand{
     {{"listen", "ADDR", "host:port to listen on (default 127.0.0.1:7070; port 0 picks one)"},
      {"port-file", "PATH",
       "once listening, write the address (host:port) to PATH, replacing it atomically"},
+     {"http", "ADDR",
+      "serve the dashboard and Prometheus metrics at http://ADDR/ (host:port; off loopback "
+      "the TLS and token rules of --listen apply; default: none)"},
+     {"http-port-file", "PATH", "once the dashboard listens, write its host:port to PATH"},
      {"db", "STORE",
       "a SQLite file, or a fleet's PostgreSQL: postgresql://USER@HOST/DB (password from "
       "PGPASSWORD or ~/.pgpass, never the command line; default: $KTUNE_DB, else ./ktune.db)"},
@@ -127,6 +133,8 @@ struct Security {
   std::string listen;
   std::string token;
   std::shared_ptr<grpc::ServerCredentials> credentials;
+  std::string http;               // --http: empty, none
+  std::string tls_cert, tls_key;  // PEM, when TLS
 };
 
 absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
@@ -150,6 +158,16 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
           StrCat("--token-file: ", *f, ": the token must be one word"));
     }
   }
+  sec.http = args.Get("http").value_or("");
+  if (!sec.http.empty()) KTUNE_RETURN_IF_ERROR(CheckHttpAddress(sec.http));
+  if (!sec.http.empty() && !IsLoopback(sec.http) && !(tls && !sec.token.empty()) &&
+      !args.Has("insecure")) {
+    return absl::InvalidArgumentError(
+        StrCat("--http ", sec.http,
+               ": not a loopback address, so TLS (--tls-cert, --tls-key) and a token "
+               "(--token-file) are required, as for --listen: the dashboard shows every job, "
+               "and its API what they measured. --insecure overrides this (not recommended)."));
+  }
   if (!IsLoopback(sec.listen) && !(tls && !sec.token.empty())) {
     if (!args.Has("insecure")) {
       return absl::InvalidArgumentError(
@@ -170,6 +188,8 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   if (!cert.ok())
     return absl::InvalidArgumentError(StrCat("--tls-cert: ", cert.status().message()));
   KTUNE_ASSIGN_OR_RETURN(const std::string key, ReadSecret("tls-key", *args.Get("tls-key")));
+  sec.tls_cert = *cert;
+  sec.tls_key = key;
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({key, *cert});
   if (auto ca = args.Get("tls-client-ca")) {
@@ -259,24 +279,40 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
 
 // Writes the address to --port-file: a regular file is replaced atomically
 // (a reader never sees half of it); anything else (a pipe) is written to.
-absl::Status WritePortFile(const std::string& path, const std::string& address) {
+absl::Status WritePortFile(const std::string& flag, const std::string& path,
+                           const std::string& address) {
   struct stat st;
   const bool regular = stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode);
   const std::string target = regular ? StrCat(path, ".tmp") : path;
   {
     std::ofstream out(target, std::ios::trunc);
     out << address << "\n";
-    if (!out.flush()) return absl::InternalError(StrCat("--port-file: cannot write ", target));
+    if (!out.flush()) return absl::InternalError(StrCat("--", flag, ": cannot write ", target));
   }
   if (regular && std::rename(target.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(StrCat("--port-file: cannot replace ", path));
+    return absl::InternalError(StrCat("--", flag, ": cannot replace ", path));
   }
   return absl::OkStatus();
 }
 
+// What /metrics says the daemon was built with and runs on.
+BuildInfo BuildInfoOf(const Scheduler& scheduler) {
+  BuildInfo b;
+  b.version = KTUNE_VERSION;
+  const v1::ListDevicesResponse devices = scheduler.ListDevices();
+  for (const v1::DeviceInfo& d : devices.devices()) {
+    if (!d.simulated() && !d.driver().empty()) {
+      b.cuda_driver = d.driver();
+      break;
+    }
+  }
+  b.nvrtc = NvrtcVersion();
+  return b;
+}
+
 // Serves until SIGTERM or SIGINT. Returns the exit code.
 int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerService& service,
-          const SchedulerOptions& so) {
+          DaemonMetrics& metrics, const SchedulerOptions& so) {
   const std::size_t devices = so.devices.size();
   const std::string& db = so.db_path;
   grpc::EnableDefaultHealthCheckService(true);
@@ -314,6 +350,33 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
                              : "not serving (the store does not answer)");
     });
   }
+  std::unique_ptr<HttpServer> http;
+  if (!sec.http.empty()) {
+    HttpOptions ho;
+    ho.listen = sec.http;
+    ho.token = sec.token;
+    ho.tls_cert = sec.tls_cert;
+    ho.tls_key = sec.tls_key;
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(ho, scheduler, metrics);
+    if (!started.ok()) {
+      std::cerr << "ktuned: " << started.status().message() << "\n";
+      server->Shutdown();
+      scheduler.Shutdown();
+      return started.status().code() == absl::StatusCode::kInternal ? kExitError
+                                                                    : kExitInvalidInput;
+    }
+    http = *std::move(started);
+    // Before the jobs resume (one that cannot serve leaves them as they
+    // were) and before --port-file is written (once it is, all answers).
+    std::fprintf(stderr, "ktuned: dashboard and metrics on %s://%s/\n",
+                 sec.tls_cert.empty() ? "http" : "https", http->address().c_str());
+    if (auto path = args.Get("http-port-file")) {
+      if (absl::Status s = WritePortFile("http-port-file", *path, http->address()); !s.ok()) {
+        std::cerr << "ktuned: " << s.message() << "\n";
+      }
+    }
+  }
+
   if (absl::Status s = scheduler.Resume(); !s.ok()) {
     std::cerr << "ktuned: " << s.message() << "\n";
     server->Shutdown();
@@ -328,13 +391,12 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
   std::printf("ktuned: listening on %s\n", shown.c_str());
   std::fflush(stdout);
   if (auto path = args.Get("port-file")) {
-    if (absl::Status s = WritePortFile(*path, shown); !s.ok()) {
+    if (absl::Status s = WritePortFile("port-file", *path, shown); !s.ok()) {
       std::cerr << "ktuned: " << s.message() << "\n";
     }
   }
   std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", devices,
                pg::Redact(db).c_str());
-
   // The main thread waits for SIGTERM or SIGINT.
   boost::asio::io_context io;
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
@@ -344,6 +406,7 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
   });
   io.run();
 
+  http.reset();          // the dashboard goes first: it reads the scheduler
   scheduler.Shutdown();  // running jobs stop after their candidate; state kept
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   service.Drain();
@@ -386,8 +449,9 @@ int Main(int argc, char** argv) {
                ? kExitInvalidInput
                : kExitError;
   }
-  TunerService service(scheduler, sec->token, rpc_threads);
-  return Serve(*sec, *args, scheduler, service, *so);
+  DaemonMetrics metrics(BuildInfoOf(scheduler));
+  TunerService service(scheduler, sec->token, rpc_threads, &metrics);
+  return Serve(*sec, *args, scheduler, service, metrics, *so);
 }
 
 }  // namespace

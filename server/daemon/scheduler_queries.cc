@@ -57,26 +57,9 @@ absl::StatusOr<v1::Job> Scheduler::GetJob(const v1::GetJobRequest& request) {
   v1::Job out;
   std::lock_guard<std::mutex> rl(read_mu_);
   KTUNE_ASSIGN_OR_RETURN(JobRecord rec, reader_->GetJob(id));
-  JobToProto(rec, &out);
   KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> ms, reader_->LoadMeasurements(id));
-  const StoredMeasurement* best = nullptr;
-  std::array<std::int64_t, kNumCandidateStatuses> counts{};
-  for (const StoredMeasurement& m : ms) {
-    ++counts[static_cast<std::size_t>(m.measurement.status)];
-    if (m.measurement.ok() && m.loss && (best == nullptr || *m.loss < *best->loss)) best = &m;
-    if (request.include_measurements() && m.sequence >= request.measurements_from()) {
-      MeasurementToProto(m, out.add_measurements());
-    }
-  }
-  if (best != nullptr) MeasurementToProto(*best, out.mutable_best());
-  for (int i = 0; i < kNumCandidateStatuses; ++i) {
-    if (counts[static_cast<std::size_t>(i)] > 0) {
-      (*out.mutable_progress()
-            ->mutable_status_counts())[CandidateStatusName(static_cast<CandidateStatus>(i))] =
-          counts[static_cast<std::size_t>(i)];
-    }
-  }
-  out.mutable_progress()->set_max_evaluations(out.spec().strategy().max_evaluations());
+  JobWithMeasurementsToProto(rec, ms, request.include_measurements(), request.measurements_from(),
+                             &out);
   return out;
 }
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "tuner/base/sha256.h"
+#include "server/daemon/token.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -123,40 +123,24 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-TunerService::TunerService(Scheduler& scheduler, std::string token, int rpc_threads)
+TunerService::TunerService(Scheduler& scheduler, std::string token, int rpc_threads,
+                           DaemonMetrics* metrics)
     : scheduler_(scheduler),
       token_(std::move(token)),
+      metrics_(metrics),
       pool_(static_cast<std::size_t>(std::max(1, rpc_threads))) {}
 
 TunerService::~TunerService() { Drain(); }
 
 void TunerService::Drain() { pool_.join(); }
 
-namespace {
-
-std::array<std::uint8_t, 32> Digest(std::string_view bytes) {
-  Sha256 h;
-  h.Update(bytes);
-  return h.Finish();
-}
-
-}  // namespace
-
 bool TunerService::Authorized(grpc::CallbackServerContext* ctx) const {
   if (token_.empty()) return true;
-  // Compared in constant time, as digests: neither the token's bytes nor
-  // its length show in how long a wrong guess takes.
-  const std::array<std::uint8_t, 32> want = Digest(StrCat("Bearer ", token_));
   const auto& md = ctx->client_metadata();
   auto range = md.equal_range("authorization");
   bool ok = false;
   for (auto it = range.first; it != range.second; ++it) {
-    const std::array<std::uint8_t, 32> got =
-        Digest(std::string_view(it->second.data(), it->second.size()));
-    unsigned char diff = 0;
-    for (std::size_t i = 0; i < want.size(); ++i)
-      diff |= static_cast<unsigned char>(got[i] ^ want[i]);
-    ok = ok || diff == 0;
+    ok = BearerMatches(std::string_view(it->second.data(), it->second.size()), token_) || ok;
   }
   return ok;
 }
@@ -268,6 +252,7 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
                                                 const grpc::ByteBuffer* request,
                                                 grpc::ByteBuffer* response) {
   KTUNE_CHECK_AUTH(ctx);
+  const auto arrived = std::chrono::steady_clock::now();
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   std::string bytes;
   std::vector<grpc::Slice> slices;
@@ -282,9 +267,10 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
   const std::uint64_t generation = scheduler_.best_generation();
   if (best_answers_.Find(bytes, generation, response)) {
     reactor->Finish(grpc::Status::OK);
+    Served(DaemonMetrics::BestAnswer::kMemory, arrived);
     return reactor;
   }
-  const BestWaiter self{reactor, response};
+  const BestWaiter self{reactor, response, arrived};
   // While jobs find new bests every answer goes stale at once: the calls
   // that miss together wait for one read of the store.
   if (!best_answers_.Join(bytes, generation, self)) return reactor;
@@ -311,6 +297,8 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
     for (const BestWaiter& w : waiters) {
       if (buffer) *w.response = *buffer;  // shares the slices
       w.reactor->Finish(status);
+      Served(status.ok() ? DaemonMetrics::BestAnswer::kStore : DaemonMetrics::BestAnswer::kError,
+             w.arrived);
     }
   });
   return reactor;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
+#include "server/daemon/metrics.h"
 #include "server/daemon/scheduler.h"
 
 namespace ktune {
@@ -29,6 +31,7 @@ namespace ktune {
 struct BestWaiter {
   grpc::ServerUnaryReactor* reactor = nullptr;
   grpc::ByteBuffer* response = nullptr;
+  std::chrono::steady_clock::time_point arrived;
 };
 
 // GetBest's answers as sent, by the request's bytes; each valid while the
@@ -66,8 +69,10 @@ class TunerService final
     : public v1::Tuner::WithRawCallbackMethod_GetBest<v1::Tuner::CallbackService> {
  public:
   // `token`: the bearer token every call must present ("authorization:
-  // Bearer TOKEN" metadata); empty: none asked.
-  TunerService(Scheduler& scheduler, std::string token, int rpc_threads);
+  // Bearer TOKEN" metadata); empty: none asked. `metrics`, when given,
+  // counts GetBest's calls and times them; it must outlive the service.
+  TunerService(Scheduler& scheduler, std::string token, int rpc_threads,
+               DaemonMetrics* metrics = nullptr);
   ~TunerService() override;
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
@@ -99,10 +104,16 @@ class TunerService final
 
  private:
   bool Authorized(grpc::CallbackServerContext* ctx) const;
+  void Served(DaemonMetrics::BestAnswer answer, std::chrono::steady_clock::time_point arrived) {
+    if (metrics_ != nullptr) {
+      metrics_->GetBestServed(answer, std::chrono::steady_clock::now() - arrived);
+    }
+  }
 
   Scheduler& scheduler_;
   std::string token_;
   BestAnswers best_answers_;
+  DaemonMetrics* metrics_;
   boost::asio::thread_pool pool_;
 };
 

@@ -51,10 +51,10 @@ TEST(BestAnswersTest, LongRequestsAndAFullTableAreNotKept) {
 TEST(BestAnswersTest, CallsThatMissTogetherShareOneRead) {
   BestAnswers answers;
   grpc::ByteBuffer r1, r2, r3;
-  EXPECT_TRUE(answers.Join("q", 5, {nullptr, &r1}));   // reads
-  EXPECT_FALSE(answers.Join("q", 5, {nullptr, &r2}));  // waits for that read
-  EXPECT_TRUE(answers.Join("q", 6, {nullptr, &r3}));   // newer: its own read
-  EXPECT_TRUE(answers.Join("other", 5, {nullptr, &r3}));
+  EXPECT_TRUE(answers.Join("q", 5, {nullptr, &r1, {}}));   // reads
+  EXPECT_FALSE(answers.Join("q", 5, {nullptr, &r2, {}}));  // waits for that read
+  EXPECT_TRUE(answers.Join("q", 6, {nullptr, &r3, {}}));   // newer: its own read
+  EXPECT_TRUE(answers.Join("other", 5, {nullptr, &r3, {}}));
   const grpc::ByteBuffer answer = Bytes("a");
   std::vector<BestWaiter> waiters = answers.Complete("q", 5, &answer, 5);
   ASSERT_EQ(waiters.size(), 2u);
@@ -62,13 +62,13 @@ TEST(BestAnswersTest, CallsThatMissTogetherShareOneRead) {
   EXPECT_EQ(waiters[1].response, &r2);
   grpc::ByteBuffer out;
   EXPECT_TRUE(answers.Find("q", 5, &out));                     // remembered as read
-  EXPECT_TRUE(answers.Join("q", 5, {nullptr, &r1}));           // the read is over
+  EXPECT_TRUE(answers.Join("q", 5, {nullptr, &r1, {}}));       // the read is over
   EXPECT_EQ(answers.Complete("q", 5, nullptr, 5).size(), 1u);  // a failed read
   EXPECT_EQ(answers.Complete("q", 6, nullptr, 6).size(), 1u);
   // A long request is read alone and never waited for.
   const std::string long_request(BestAnswers::kMaxRequestBytes + 1, 'x');
-  EXPECT_TRUE(answers.Join(long_request, 5, {nullptr, &r1}));
-  EXPECT_TRUE(answers.Join(long_request, 5, {nullptr, &r2}));
+  EXPECT_TRUE(answers.Join(long_request, 5, {nullptr, &r1, {}}));
+  EXPECT_TRUE(answers.Join(long_request, 5, {nullptr, &r2, {}}));
   EXPECT_TRUE(answers.Complete(long_request, 5, &answer, 5).empty());
 }
 

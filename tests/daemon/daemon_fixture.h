@@ -168,6 +168,17 @@ class DaemonTest : public ::testing::Test {
     return spec;
   }
 
+  // A self-signed certificate for `subject` (its common name) valid for
+  // localhost and 127.0.0.1: File(name + ".pem") and File(name +
+  // "-key.pem"). False without openssl.
+  bool MakeCertificate(const std::string& name, const std::string& subject) const {
+    const std::string cmd =
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=" + subject +
+        " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + File(name + "-key.pem") +
+        " -out " + File(name + ".pem") + " 2>/dev/null";
+    return system(cmd.c_str()) == 0;
+  }
+
   std::string File(const std::string& name) const { return tmp_.File(name); }
   std::string Db() const { return File("k.db"); }
 

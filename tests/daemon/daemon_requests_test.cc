@@ -466,16 +466,12 @@ TEST_F(DaemonTest, TokensAndAddresses) {
 
 TEST_F(DaemonTest, TlsWithAToken) {
   if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
-  const std::string cmd =
-      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost "
-      "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " +
-      File("key.pem") + " -out " + File("cert.pem") + " 2>/dev/null";
-  ASSERT_EQ(system(cmd.c_str()), 0);
+  ASSERT_TRUE(MakeCertificate("cert", "localhost"));
   std::ofstream(File("token")) << "tls-token";
   chmod(File("token").c_str(), 0600);
   ASSERT_TRUE(
       StartDaemon({"--device", kConv, "--listen", "localhost:0", "--tls-cert", File("cert.pem"),
-                   "--tls-key", File("key.pem"), "--token-file", File("token")}));
+                   "--tls-key", File("cert-key.pem"), "--token-file", File("token")}));
   const RunResult secured =
       Cli({"devices", "--tls-ca", File("cert.pem"), "--token-file", File("token"), "--json"});
   EXPECT_EQ(secured.code, 0) << secured.err;
@@ -500,15 +496,8 @@ TEST_F(DaemonTest, TlsWithAToken) {
 // name it claims: the per-client limits cannot be dodged by renaming.
 TEST_F(DaemonTest, AClientCertificateNamesTheClient) {
   if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
-  auto make = [&](const std::string& name, const std::string& subject) {
-    const std::string cmd =
-        StrCat("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=", subject,
-               " -addext subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout ",
-               File(name + "-key.pem"), " -out ", File(name + ".pem"), " 2>/dev/null");
-    ASSERT_EQ(system(cmd.c_str()), 0);
-  };
-  make("server", "localhost");
-  make("ann", "ann");
+  ASSERT_TRUE(MakeCertificate("server", "localhost"));
+  ASSERT_TRUE(MakeCertificate("ann", "ann"));
   ASSERT_TRUE(
       StartDaemon({"--device", kConv, "--listen", "localhost:0", "--tls-cert", File("server.pem"),
                    "--tls-key", File("server-key.pem"), "--tls-client-ca", File("ann.pem")}));

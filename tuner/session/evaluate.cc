@@ -170,6 +170,7 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
       const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), horizon) - 1;
       fraction[m] += baseline.optimum() / curve[at] / options.repeats;
     }
+    if (options.on_repeat) options.on_repeat(r + 1);
   }
   score.short_score = baseline.Score(mean, baseline.short_budget());
   score.long_score =

@@ -80,6 +80,9 @@ struct EvaluateOptions {
   // full run's), at a tenth of the cost; long_score is NaN and the
   // fractions of the optimum past the short budget are NaN.
   bool short_only = false;
+  // Called after each repeat with how many are done (for a progress line);
+  // may be empty.
+  std::function<void(int done)> on_repeat;
 };
 
 // Runs `factory`'s strategy `options.repeats` times over the recording up
