@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages ktune's build needs. Idempotent: when
-# everything is present it prints nothing and changes nothing.
+# Installs the Debian 12 packages ktune's build and tests need, and the
+# dashboard's npm packages. Idempotent: when everything is present it
+# prints nothing and changes nothing.
+#   scripts/setup.sh               the build and the tests (what CI needs)
+#   scripts/setup.sh --build-only  the build alone (a container image)
 #
 # The CUDA toolkit is not a Debian package here; CMake finds it in its
 # standard place (/usr/local/cuda). Without it everything but the GPU
@@ -10,11 +13,17 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libboost-dev libsqlite3-dev zlib1g-dev libeigen3-dev
-  libgtest-dev libgmock-dev openssl python3-grpcio python3-protobuf python3-yaml shellcheck
-  clang-tidy clang libclang-rt-dev python3 git libfaketime libpq-dev postgresql
-  prometheus-cpp-dev libssl-dev prometheus chromium
+  libabsl-dev libboost-dev libsqlite3-dev zlib1g-dev libeigen3-dev libpq-dev
+  prometheus-cpp-dev libssl-dev libgtest-dev libgmock-dev python3 git
 )
+# What the tests run: a real PostgreSQL, promtool (in prometheus) and
+# Chromium for the dashboard, sanitizers, fuzzers and the checks.
+if [ "${1:-}" != "--build-only" ]; then
+  packages+=(
+    openssl python3-grpcio python3-protobuf python3-yaml shellcheck
+    clang-tidy clang libclang-rt-dev libfaketime postgresql prometheus chromium
+  )
+fi
 # Node.js and npm fetch the dashboard's charting library (and the browser
 # tests' driver) from the npm registry; any Node.js 18 or later will do.
 command -v npm >/dev/null || packages+=(nodejs npm)
@@ -25,6 +34,7 @@ npm_packages() {
   local web
   web="$(cd "$(dirname "$0")/.." && pwd)/server/web"
   local want have=""
+  [ -f "$web/package-lock.json" ] || return 0  # not copied here (yet)
   want="$(sha256sum "$web/package-lock.json" | cut -d' ' -f1)"
   [ -f "$web/node_modules/.ktune-lock" ] && have="$(cat "$web/node_modules/.ktune-lock")"
   [ "$want" = "$have" ] && return 0

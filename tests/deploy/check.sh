@@ -27,6 +27,7 @@ assert kinds == ["DaemonSet", "Service"], kinds
 pod = ds[0]["spec"]["template"]["spec"]
 args = pod["containers"][0]["args"]
 assert "--token-file" in args and "--tls-cert" in args, args
+assert "--http" in args, args  # metrics and dashboard, behind the same TLS and token
 assert ds[0]["spec"]["selector"]["matchLabels"] == ds[0]["spec"]["template"]["metadata"]["labels"]
 assert ds[1]["spec"]["selector"] == ds[0]["spec"]["template"]["metadata"]["labels"]
 job = list(yaml.safe_load_all(open(src + "/deploy/k8s/tune-job.yaml")))
