@@ -19,7 +19,7 @@ bins=("$build/server/ktune")
 [ -x "$build/server/ktuned" ] && bins+=("$build/server/ktuned")
 for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench" \
   "$build/bench/concurrency_bench" "$build/bench/daemon_bench" "$build/bench/client_bench" \
-  "$build/bench/compile_bench"; do
+  "$build/bench/compile_bench" "$build/bench/energy_probe"; do
   [ -x "$extra" ] && bins+=("$extra")
 done
 cp "${bins[@]}" "$out/bin/"

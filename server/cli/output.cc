@@ -90,6 +90,13 @@ Json ConditionsJson(const Conditions& c) {
     j.Set("overlap", c.overlap());
   }
   if (c.input_copies() > 1) j.Set("input_copies", c.input_copies());
+  if (c.power_w() > 0) {
+    j.Set("energy_j", c.energy_j());
+    j.Set("power_w", c.power_w());
+    j.Set("energy_method", c.energy_method());
+    j.Set("energy_window_ms", c.energy_window_ms());
+    if (c.energy_updates() > 0) j.Set("energy_updates", c.energy_updates());
+  }
   if (!c.device().empty()) j.Set("device", c.device());
   if (!c.driver().empty()) j.Set("driver", c.driver());
   if (!c.nvrtc().empty()) j.Set("nvrtc", c.nvrtc());
@@ -123,6 +130,11 @@ std::string ConditionsText(const Conditions& c) {
   if (c.input_copies() > 1) {
     std::snprintf(buf, sizeof buf, "%sinputs rotated over %d copies", out.empty() ? "" : ", ",
                   c.input_copies());
+    out += buf;
+  }
+  if (c.power_w() > 0) {
+    std::snprintf(buf, sizeof buf, "%s%.4g J, %.1f W", out.empty() ? "" : ", ", c.energy_j(),
+                  c.power_w());
     out += buf;
   }
   if (!c.device().empty()) out += (out.empty() ? "on " : ", on ") + c.device();

@@ -315,6 +315,10 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
           DaemonMetrics& metrics, const SchedulerOptions& so) {
   const std::size_t devices = so.devices.size();
   const std::string& db = so.db_path;
+  // Caught from here on, before anything says the daemon is up: a SIGTERM
+  // that follows --port-file at once is a clean stop, not a kill.
+  boost::asio::io_context io;
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -397,9 +401,7 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
   }
   std::fprintf(stderr, "ktuned: serving %zu device(s), store %s\n", devices,
                pg::Redact(db).c_str());
-  // The main thread waits for SIGTERM or SIGINT.
-  boost::asio::io_context io;
-  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  // The main thread waits for SIGTERM or SIGINT (caught since Serve began).
   signals.async_wait([&](const boost::system::error_code&, int signo) {
     std::fprintf(stderr, "ktuned: %s: finishing the candidates in flight, then stopping\n",
                  signo == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -72,6 +72,48 @@ TEST(JobPlanTest, SaxpysSetUpLaunchesAndReference) {
   EXPECT_EQ(req.architecture(), "sm_90");
 }
 
+// A constant argument is set up as a buffer the worker copies into the
+// module's __constant__ variable of its name: no kernel parameter.
+TEST(JobPlanTest, AConstantArgumentIsNoKernelParameter) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(kKernels + "/convolution_cmem.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<Job> job = ResolveJob(*spec, kKernels);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<JobPlan> plan = JobPlan::Make(BindingFor(*job), H200());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const v1::WorkerSetup& setup = plan->setup();
+  ASSERT_EQ(setup.buffers_size(), 3);
+  EXPECT_EQ(setup.buffers(2).name(), "filter");
+  EXPECT_TRUE(setup.buffers(2).constant_symbol());
+  EXPECT_TRUE(setup.buffers(2).input() && !setup.buffers(2).output());
+  EXPECT_EQ(setup.buffers(2).elements(), 17 * 17);
+  EXPECT_TRUE(setup.buffers(2).has_uniform());
+  EXPECT_FALSE(setup.buffers(0).constant_symbol());
+  // out, in, w, h: the filter is not among the kernel's parameters.
+  EXPECT_THAT(setup.argument_buffers(), ::testing::ElementsAre(0, 1, -1, -1));
+  EXPECT_THAT(setup.verified(), ::testing::ElementsAre(0));
+}
+
+// Energy: the worker measures it, over the window asked, and races no
+// candidate (a slower one may use less energy).
+TEST(JobPlanTest, EnergyIsMeasuredWithoutRacing) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(kKernels + "/sgemm.json");
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_objective()->set_expression("2.0 * M * N * K / energy_j / 1e9");
+  absl::StatusOr<Job> job = ResolveJob(*spec, kKernels);
+  ASSERT_TRUE(job.ok()) << job.status();
+  absl::StatusOr<JobPlan> plan = JobPlan::Make(BindingFor(*job), H200());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->setup().settings().measure_energy());
+  EXPECT_DOUBLE_EQ(plan->setup().settings().energy_window_ms(), 1000);
+  EXPECT_EQ(plan->setup().settings().racing_factor(), 0);
+  const Job plain = Saxpy();
+  absl::StatusOr<JobPlan> timed = JobPlan::Make(BindingFor(plain), H200());
+  ASSERT_TRUE(timed.ok());
+  EXPECT_FALSE(timed->setup().settings().measure_energy());
+  EXPECT_GT(timed->setup().settings().racing_factor(), 1);
+}
+
 TEST(JobPlanTest, AConfigurationThatCannotLaunchSaysWhy) {
   Job job = Saxpy();
   v1::JobSpec spec = job.spec;
@@ -82,7 +124,8 @@ TEST(JobPlanTest, AConfigurationThatCannotLaunchSaysWhy) {
   // The reference configuration itself cannot launch: the plan refuses.
   absl::StatusOr<JobPlan> plan = JobPlan::Make(BindingFor(*resolved), H200());
   ASSERT_FALSE(plan.ok());
-  EXPECT_THAT(plan.status().message(), HasSubstr("verification.reference_config: block dimension x"));
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("verification.reference_config: block dimension x"));
   spec.mutable_verification()->clear_reference_config();
   resolved = ResolveJob(spec, kKernels);
   ASSERT_TRUE(resolved.ok());

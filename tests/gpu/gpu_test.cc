@@ -15,9 +15,9 @@
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/file.h"
 #include "tuner/base/strings.h"
+#include "tuner/cuda/fill.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
-#include "tuner/cuda/fill.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -216,8 +216,9 @@ TEST_F(GpuTest, UnderLoadRecordsTheCanaryAndTheLoad) {
       EXPECT_GT(c.load_rates().at(rate), 0.0) << key << " " << rate;
     }
     std::printf("under load %-10s %.4f ms  canary %.2fx  load %.0f%%  %.0f GB/s  %.1f TFLOP/s\n",
-                key.c_str(), m.measurement.time.count(), c.canary_slowdown(), 100 * c.load_throughput(),
-                c.load_rates().at("bandwidth_gbs"), c.load_rates().at("compute_tflops"));
+                key.c_str(), m.measurement.time.count(), c.canary_slowdown(),
+                100 * c.load_throughput(), c.load_rates().at("bandwidth_gbs"),
+                c.load_rates().at("compute_tflops"));
   }
   EXPECT_GE(ok, 4);
 }
@@ -401,6 +402,117 @@ TEST_F(GpuTest, ArgumentsFilledOnTheGpuHoldTheHostsValues) {
     }
   }
   EXPECT_EQ(checked, 12 * 3 * 2);
+}
+
+// A 2D convolution whose filter is a `constant` argument, in constant
+// memory: it tunes and verifies against a reference kernel that reads the
+// same __constant__ array.
+TEST_F(GpuTest, AConstantMemoryFilterTunesAndVerifies) {
+  const Job job = LoadJob("convolution_cmem", {{"W", 1024}, {"H", 1024}});
+  const SessionResult r = Tune(job, "random", 12);
+  EXPECT_EQ(r.progress.evaluations, 12);
+  int ok = 0;
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    EXPECT_TRUE(m.measurement.ok() || m.measurement.status == CandidateStatus::kLaunchError)
+        << key << ": " << CandidateStatusName(m.measurement.status) << " " << m.measurement.message;
+    ok += m.measurement.ok() ? 1 : 0;
+  }
+  EXPECT_GE(ok, 10);
+  ASSERT_TRUE(r.best.has_value());
+  std::printf("convolution_cmem 1024^2, 17x17: best %s %.4f ms (%d of 12 ok)\n",
+              r.best->key.c_str(), r.best->measurement.time.count(), ok);
+}
+
+// The constant's contents reach the kernel (a job whose expected output
+// the host computed: an unfilled __constant__ reads zeros), and a constant
+// of another size than the kernel's variable is a launch error naming it.
+TEST_F(GpuTest, ConstantArgumentsReachTheKernelOrSayWhyNot) {
+  constexpr int kW = 40, kH = 24, kF = 5;
+  std::vector<float> in((kW + kF - 1) * (kH + kF - 1));
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 97);
+  std::vector<float> expected(kW * kH);
+  for (int y = 0; y < kH; ++y) {
+    for (int x = 0; x < kW; ++x) {
+      float sum = 0;
+      for (int j = 0; j < kF; ++j) {
+        for (int i = 0; i < kF; ++i) sum += in[(y + j) * (kW + kF - 1) + x + i] * 0.25f;
+      }
+      expected[static_cast<std::size_t>(y * kW + x)] = sum;
+    }
+  }
+  const std::string in_file = tmp_.File("in.f32"), out_file = tmp_.File("out.f32");
+  ASSERT_TRUE(WriteFileAtomically(in_file, std::string(reinterpret_cast<const char*>(in.data()),
+                                                       in.size() * sizeof(float)))
+                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(out_file, std::string(reinterpret_cast<const char*>(expected.data()),
+                                                expected.size() * sizeof(float)))
+          .ok());
+  auto edit = [&](const std::string& filter_size) {
+    return [&, filter_size](v1::JobSpec& spec) {
+      (*spec.mutable_kernel()->mutable_defines())["FW"] = std::to_string(kF);
+      (*spec.mutable_kernel()->mutable_defines())["FH"] = std::to_string(kF);
+      (*spec.mutable_problem())["FW"] = kF;
+      (*spec.mutable_problem())["FH"] = kF;
+      spec.mutable_arguments(1)->mutable_buffer()->set_file(in_file);
+      v1::Buffer* filter = spec.mutable_arguments(2)->mutable_constant();
+      filter->set_constant(0.25);
+      filter->set_size(filter_size);
+      spec.mutable_verification()->clear_reference_kernel();
+      (*spec.mutable_verification()->mutable_expected_data()->mutable_files())["out"] = out_file;
+    };
+  };
+  const Job job = LoadJob("convolution_cmem", {{"W", kW}, {"H", kH}}, edit("FW * FH"));
+  const SessionResult r = Tune(job, "random", 6);
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    EXPECT_TRUE(m.measurement.ok())
+        << key << ": " << CandidateStatusName(m.measurement.status) << " " << m.measurement.message;
+  }
+  const Job wrong = LoadJob("convolution_cmem", {{"W", kW}, {"H", kH}}, edit("FW * FH + 1"));
+  const SessionResult w = Tune(wrong, "random", 3);
+  for (const auto& [key, m] : Measurements(w.job.id)) {
+    EXPECT_EQ(m.measurement.status, CandidateStatus::kLaunchError) << key;
+    EXPECT_THAT(m.measurement.message,
+                HasSubstr("the kernel's __constant__ 'filter' holds 100 bytes; the argument "
+                          "gives 104"))
+        << key;
+  }
+}
+
+// Energy through NVML: every candidate of a GFLOP/J objective has its
+// energy per launch and power, read from the energy counter over a window
+// of at least 20 of its updates, and the objective is computed from them.
+TEST_F(GpuTest, EnergyIsMeasuredForEachCandidate) {
+  const Job job = LoadJob("sgemm", {{"M", 2048}, {"N", 2048}, {"K", 2048}}, [](v1::JobSpec& spec) {
+    spec.mutable_objective()->set_expression("2.0 * M * N * K / energy_j / 1e9");
+    spec.mutable_objective()->set_name("GFLOP/J");
+    spec.mutable_measurement()->mutable_energy_window()->set_nanos(300000000);
+  });
+  ASSERT_TRUE(job.spec.measurement().energy());
+  const SessionResult r = Tune(job, "random", 4);
+  int ok = 0;
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    if (!m.measurement.ok()) continue;
+    ++ok;
+    const v1::Conditions& c = m.measurement.conditions;
+    EXPECT_GT(c.power_w(), 20) << key;
+    EXPECT_LT(c.power_w(), 2000) << key;
+    EXPECT_NEAR(c.energy_j(), c.power_w() * m.measurement.stats.median.count() / 1e3,
+                1e-9 + 0.02 * c.energy_j())
+        << key;
+    EXPECT_GE(c.energy_window_ms(), 300) << key;
+    if (c.energy_method() == "energy counter") {
+      EXPECT_GE(c.energy_updates(), 20) << key;
+    }
+    ASSERT_TRUE(m.objective.has_value()) << key;
+    EXPECT_NEAR(*m.objective, 2.0 * 2048 * 2048 * 2048 / c.energy_j() / 1e9, 1e-6 * *m.objective)
+        << key;
+    std::printf(
+        "sgemm 2048^3 %-12s %.3f ms, %.1f W, %.4f J, %.1f GFLOP/J (%s, %d updates in %.0f ms)\n",
+        key.c_str(), m.measurement.time.count(), c.power_w(), c.energy_j(), *m.objective,
+        c.energy_method().c_str(), c.energy_updates(), c.energy_window_ms());
+  }
+  EXPECT_GE(ok, 3);
 }
 
 // rotateInputs: a read-only input smaller than the L2 gets copies taken in

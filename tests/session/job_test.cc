@@ -113,7 +113,7 @@ TEST(JobSpecTest, MalformedJobFilesNameTheProblem) {
        "arguments[0] (x).type: required"},
       {WithParams(R"([{"name": "a", "ints": [1]}])",
                   R"(, "arguments": [{"name": "x", "type": "F32"}])"),
-       "arguments[0] (x): give buffer or scalar"},
+       "arguments[0] (x): give buffer, scalar or constant"},
       {WithParams(R"([{"name": "a", "ints": [1]}])", R"(, "objective": {"expression": "1 / zz"})"),
        "objective.expression: unknown name 'zz'"},
       {WithParams(R"([{"name": "a", "ints": [1]}])", R"(, "strategy": {"maxEvaluations": -1})"),
@@ -214,6 +214,61 @@ TEST(JobSpecTest, ObjectivesRankByLoss) {
   EXPECT_DOUBLE_EQ(*job->objective.Loss(c, 1.0), -gflops);
   EXPECT_EQ(job->objective.id(), "2.0 * N / time_s / 1e9");
   EXPECT_FALSE(job->objective.Compute(c, 0.0).has_value());  // division by zero
+}
+
+// An objective over the energy (GFLOP/J) reads energy_j; the job then
+// measures energy, and a candidate without it has no objective.
+TEST(JobSpecTest, AnEnergyObjectiveMeasuresEnergy) {
+  v1::JobSpec spec = Parse(kSpec);
+  spec.mutable_objective()->set_expression("2.0 * N / energy_j / 1e9");
+  spec.mutable_objective()->set_direction(v1::Objective::MAXIMIZE);
+  absl::StatusOr<Job> job = ResolveJob(spec, ".");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->objective.reads_energy());
+  EXPECT_TRUE(job->spec.measurement().energy());
+  const Config c = *job->space->ParseKey("32,1");
+  EXPECT_DOUBLE_EQ(*job->objective.Compute(c, 1.0, 0.5, 500.0), 2.0 * 67108864 / 0.5 / 1e9);
+  EXPECT_FALSE(job->objective.Compute(c, 1.0).has_value());  // not measured
+  spec.mutable_objective()->set_expression("power_w");
+  spec.mutable_objective()->set_direction(v1::Objective::MINIMIZE);
+  job = ResolveJob(spec, ".");
+  ASSERT_TRUE(job.ok());
+  EXPECT_DOUBLE_EQ(*job->objective.Compute(c, 1.0, 0.5, 321.0), 321.0);
+  // Time alone needs no energy.
+  spec.mutable_objective()->set_expression("2.0 * N / time_s");
+  job = ResolveJob(spec, ".");
+  ASSERT_TRUE(job.ok());
+  EXPECT_FALSE(job->objective.reads_energy());
+  EXPECT_FALSE(job->spec.measurement().energy());
+  // The energy counter would count a load's work too.
+  spec.mutable_measurement()->set_energy(true);
+  spec.mutable_measurement()->mutable_load()->set_kind(v1::LoadProfile::UNDER_LOAD);
+  spec.mutable_measurement()->mutable_load()->set_bandwidth_fraction(0.5);
+  job = ResolveJob(spec, ".");
+  EXPECT_THAT(job.status().message(), HasSubstr("measurement.energy: not with an UNDER_LOAD"));
+}
+
+// A `constant` argument is read-only, sized by an expression like a
+// buffer's, and counted in the job's memory.
+TEST(JobSpecTest, ConstantArgumentsAreCheckedLikeBuffers) {
+  v1::JobSpec spec = Parse(kSpec);
+  v1::Argument* k = spec.add_arguments();
+  k->set_name("coefficients");
+  k->set_type(v1::Argument::F32);
+  k->mutable_constant()->set_size("16");
+  absl::StatusOr<Job> job = ResolveJob(spec, ".");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::int64_t with = *ArgumentBytes(*job);
+  EXPECT_EQ(with, *ArgumentBytes(*ResolveJob(Parse(kSpec), ".")) + 64);
+  k->mutable_constant()->set_direction(v1::Buffer::OUTPUT);
+  job = ResolveJob(spec, ".");
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("arguments[2] (coefficients).constant.direction: constant memory is "
+                        "read-only to kernels"));
+  k->mutable_constant()->set_direction(v1::Buffer::INPUT);
+  k->mutable_constant()->set_size("N +");
+  job = ResolveJob(spec, ".");
+  EXPECT_THAT(job.status().message(), HasSubstr("arguments[2] (coefficients).constant.size"));
 }
 
 TEST(JobIdTest, DerivedFromKernelSpecDeviceAndProblem) {

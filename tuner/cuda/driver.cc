@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 
 namespace ktune::cuda {
@@ -65,6 +66,7 @@ absl::StatusOr<const Api*> LoadOnce() {
   KTUNE_BIND(cuModuleLoadData, 2000);
   KTUNE_BIND(cuModuleUnload, 2000);
   KTUNE_BIND(cuModuleGetFunction, 2000);
+  KTUNE_BIND(cuModuleGetGlobal, 3020);
   KTUNE_BIND(cuFuncGetAttribute, 2020);
   KTUNE_BIND(cuFuncSetAttribute, 9000);
   KTUNE_BIND(cuLaunchKernel, 4000);
@@ -258,6 +260,23 @@ absl::StatusOr<Module> LoadModule(const Api& api, const std::string& image) {
     return s;
   }
   return Module(&api, m);
+}
+
+absl::Status CopyToSymbol(const Api& api, CUmodule module, const std::string& name, CUdeviceptr src,
+                          std::size_t bytes, CUstream s) {
+  CUdeviceptr symbol = 0;
+  std::size_t symbol_bytes = 0;
+  const CUresult rc = api.cuModuleGetGlobal(&symbol, &symbol_bytes, module, name.c_str());
+  if (rc == CUDA_ERROR_NOT_FOUND) {
+    return absl::NotFoundError(StrCat("the kernel's module has no __constant__ variable '", name,
+                                      "' (a constant argument names one at global scope)"));
+  }
+  KTUNE_RETURN_IF_ERROR(Check(api, rc, "cuModuleGetGlobal"));
+  if (symbol_bytes != bytes) {
+    return absl::InvalidArgumentError(StrCat("the kernel's __constant__ '", name, "' holds ",
+                                             symbol_bytes, " bytes; the argument gives ", bytes));
+  }
+  return Check(api, api.cuMemcpyDtoDAsync(symbol, src, bytes, s), "cuMemcpyDtoDAsync(constant)");
 }
 
 absl::StatusOr<Stream> CreateStream(const Api& api) {

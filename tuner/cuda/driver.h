@@ -42,6 +42,7 @@ struct Api {
   KTUNE_CUDA_FN(cuModuleLoadData);
   KTUNE_CUDA_FN(cuModuleUnload);
   KTUNE_CUDA_FN(cuModuleGetFunction);
+  KTUNE_CUDA_FN(cuModuleGetGlobal);
   KTUNE_CUDA_FN(cuFuncGetAttribute);
   KTUNE_CUDA_FN(cuFuncSetAttribute);
   KTUNE_CUDA_FN(cuLaunchKernel);
@@ -187,6 +188,13 @@ class PinnedMemory {
 };
 
 absl::StatusOr<Module> LoadModule(const Api& api, const std::string& image);
+// Enqueues on `s` a copy of `bytes` from device memory `src` into the
+// __constant__ (or __device__) variable `name` of `module`. NOT_FOUND when
+// the module has no variable of that name, INVALID_ARGUMENT when the
+// variable holds another number of bytes (both messages say the sizes and
+// name the variable).
+absl::Status CopyToSymbol(const Api& api, CUmodule module, const std::string& name, CUdeviceptr src,
+                          std::size_t bytes, CUstream s);
 absl::StatusOr<Stream> CreateStream(const Api& api);
 absl::StatusOr<Event> CreateEvent(const Api& api);
 

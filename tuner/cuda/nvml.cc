@@ -20,6 +20,8 @@ struct NvmlApi {
   NvmlReturn (*by_uuid)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock)(NvmlDevice, int, unsigned int*) = nullptr;
   NvmlReturn (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
+  NvmlReturn (*energy)(NvmlDevice, unsigned long long*) = nullptr;
+  NvmlReturn (*power)(NvmlDevice, unsigned int*) = nullptr;
 };
 
 const NvmlApi* LoadNvml() {
@@ -38,6 +40,10 @@ const NvmlApi* LoadNvml() {
       a->reasons = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned long long*)>(
           dlsym(h, "nvmlDeviceGetCurrentClocksThrottleReasons"));
     }
+    a->energy = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned long long*)>(
+        dlsym(h, "nvmlDeviceGetTotalEnergyConsumption"));
+    a->power = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned int*)>(
+        dlsym(h, "nvmlDeviceGetPowerUsage"));
     if (a->init == nullptr || a->by_uuid == nullptr || a->clock == nullptr || a->init() != 0) {
       return nullptr;
     }
@@ -74,6 +80,26 @@ bool Nvml::Throttled() const {
     return false;
   }
   return (reasons & kSlowdownReasons) != 0;
+}
+
+std::optional<std::uint64_t> Nvml::EnergyMillijoules() const {
+  const NvmlApi* api = LoadNvml();
+  unsigned long long mj = 0;
+  if (api == nullptr || device_ == nullptr || api->energy == nullptr ||
+      api->energy(device_, &mj) != 0) {
+    return std::nullopt;
+  }
+  return static_cast<std::uint64_t>(mj);
+}
+
+std::optional<unsigned> Nvml::PowerMilliwatts() const {
+  const NvmlApi* api = LoadNvml();
+  unsigned int mw = 0;
+  if (api == nullptr || device_ == nullptr || api->power == nullptr ||
+      api->power(device_, &mw) != 0) {
+    return std::nullopt;
+  }
+  return mw;
 }
 
 }  // namespace ktune

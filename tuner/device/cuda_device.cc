@@ -9,6 +9,7 @@
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/compile/nvrtc.h"
+#include "tuner/cuda/nvml.h"
 
 namespace ktune {
 namespace {
@@ -220,8 +221,14 @@ absl::StatusOr<Measurement> CudaDevice::Measure(const Config& config, bool final
     per_launch = best_ms_ > 0 ? std::clamp(Millis(100 * best_ms_), Millis(1000), Millis(30000))
                               : Millis(10000);
   }
-  const Millis budget = plan_->max_candidate_time() + 6 * per_launch +
-                        std::chrono::duration_cast<Millis>(options_.watchdog_slack);
+  Millis budget = plan_->max_candidate_time() + 6 * per_launch +
+                  std::chrono::duration_cast<Millis>(options_.watchdog_slack);
+  // The energy's window, and the wait for the counter's updates past it
+  // (the worker gives up after kEnergyOvertime).
+  const v1::WorkerSettings& settings = plan_->setup().settings();
+  if (settings.measure_energy()) {
+    budget += Millis(settings.energy_window_ms()) + kEnergyOvertime + per_launch;
+  }
   Measurement failure;
   // Other ktune processes measuring on this GPU take turns with us.
   GpuLockHold hold(*gpu_lock_, [&](const std::string& holder) { TellWaiting(holder); });

@@ -75,7 +75,11 @@ absl::Status InitBuffer(const v1::Argument& a, const v1::Buffer& b, bool input,
       break;
     case v1::Buffer::kFile: {
       absl::StatusOr<std::string> data = ReadFileContents(Relative(b.file(), base_dir));
-      if (!data.ok()) return Invalid(StrCat(where, ".buffer.file: ", data.status().message()));
+      if (!data.ok()) {
+        return Invalid(StrCat(where,
+                              a.kind_case() == v1::Argument::kConstant ? ".constant" : ".buffer",
+                              ".file: ", data.status().message()));
+      }
       w->set_data(*std::move(data));
       break;
     }
@@ -195,17 +199,20 @@ absl::Status JobPlan::PlanArguments(const v1::JobSpec& spec, const PlanTarget& t
       setup_.add_argument_buffers(-1);
       continue;
     }
-    const v1::Buffer& b = a.buffer();
-    KTUNE_ASSIGN_OR_RETURN(Expr size,
-                           Compile(StrCat(where, ".buffer.size"), b.size(), ValueType::kInt));
+    // A buffer, or a __constant__ variable's contents (kept in a buffer the
+    // worker copies into the module's symbol).
+    const bool constant = a.kind_case() == v1::Argument::kConstant;
+    const v1::Buffer& b = constant ? a.constant() : a.buffer();
+    const std::string field = StrCat(where, constant ? ".constant" : ".buffer");
+    KTUNE_ASSIGN_OR_RETURN(Expr size, Compile(StrCat(field, ".size"), b.size(), ValueType::kInt));
     if (!size.is_constant()) {
-      return Invalid(StrCat(where,
-                            ".buffer.size: may depend on the problem only (buffers are "
+      return Invalid(StrCat(field,
+                            ".size: may depend on the problem only (buffers are "
                             "allocated once per job)"));
     }
     std::int64_t elements = 0;
     size.EvaluateInt(nullptr, &elements);
-    if (elements <= 0) return Invalid(StrCat(where, ".buffer.size: ", elements, " elements"));
+    if (elements <= 0) return Invalid(StrCat(field, ".size: ", elements, " elements"));
     v1::WorkerBuffer* w = setup_.add_buffers();
     w->set_name(a.name());
     w->set_type(type);
@@ -214,10 +221,11 @@ absl::Status JobPlan::PlanArguments(const v1::JobSpec& spec, const PlanTarget& t
     const bool input = b.direction() != v1::Buffer::OUTPUT;
     w->set_input(input);
     w->set_output(output);
+    w->set_constant_symbol(constant);
     total_bytes += elements * static_cast<std::int64_t>(ElementBytes(type));
     KTUNE_RETURN_IF_ERROR(InitBuffer(a, b, input, base_dir_, where, w));
     buffer_names_.push_back(a.name());
-    setup_.add_argument_buffers(setup_.buffers_size() - 1);
+    if (!constant) setup_.add_argument_buffers(setup_.buffers_size() - 1);
   }
   if (total_bytes > target.memory_bytes) {
     return Invalid(StrCat("arguments: ", total_bytes >> 20,
@@ -257,8 +265,14 @@ absl::Status JobPlan::PlanSettings(const v1::JobSpec& spec) {
   ws->set_warmup_ms(ms.has_warmup() ? FromDuration(ms.warmup()).count() : 50.0);
   ws->set_flush_l2(ms.flush_l2());
   ws->set_rotate_inputs(ms.rotate_inputs());
+  ws->set_measure_energy(ms.energy());
+  ws->set_energy_window_ms(ms.has_energy_window() ? FromDuration(ms.energy_window()).count()
+                                                  : 1000.0);
   ws->set_use_graphs(ms.use_graphs());
-  ws->set_racing_factor(ms.racing_factor() > 0 ? ms.racing_factor() : 1.05);
+  // Racing stops a candidate that is clearly slower; with energy measured
+  // the objective may prefer a slower one, so every candidate runs its
+  // samples.
+  ws->set_racing_factor(ms.energy() ? 0 : ms.racing_factor() > 0 ? ms.racing_factor() : 1.05);
   ws->set_racing_min_samples(3);
   ws->set_short_kernel_ms(0.02);
   ws->set_atol(default_tolerance ? kDefaultAtol : ver.atol());
@@ -302,8 +316,8 @@ absl::Status JobPlan::PlanCompanion(const v1::CompanionKernel& ck, int index,
   auto invalid = [&](const std::string& m) { return Invalid(StrCat(where, m)); };
   // Expressions of the problem only: a companion is the same for every
   // candidate.
-  auto constant = [&](const std::string& field, const std::string& text, ValueType type,
-                      double* dv, std::int64_t* iv) {
+  auto constant = [&](const std::string& field, const std::string& text, ValueType type, double* dv,
+                      std::int64_t* iv) {
     return EvaluateConstant(StrCat(where, ".", field), text, type, symbols_, dv, iv);
   };
   const v1::Kernel& k = ck.kernel();
@@ -361,18 +375,22 @@ absl::Status JobPlan::PlanCompanion(const v1::CompanionKernel& ck, int index,
       out->add_argument_buffers(-1);
       continue;
     }
+    const bool symbol = a.kind_case() == v1::Argument::kConstant;
+    const v1::Buffer& b = symbol ? a.constant() : a.buffer();
+    const char* kind = symbol ? ".constant" : ".buffer";
     double unused = 0;
     std::int64_t elements = 0;
-    KTUNE_RETURN_IF_ERROR(constant(StrCat(aw.substr(1), ".buffer.size"), a.buffer().size(),
-                                   ValueType::kInt, &unused, &elements));
-    if (elements <= 0) return invalid(StrCat(aw, ".buffer.size: ", elements, " elements"));
+    KTUNE_RETURN_IF_ERROR(constant(StrCat(aw.substr(1), kind, ".size"), b.size(), ValueType::kInt,
+                                   &unused, &elements));
+    if (elements <= 0) return invalid(StrCat(aw, kind, ".size: ", elements, " elements"));
     v1::WorkerBuffer* w = out->add_buffers();
     w->set_name(a.name());
     w->set_type(type);
     w->set_elements(elements);
-    KTUNE_RETURN_IF_ERROR(InitBuffer(a, a.buffer(), a.buffer().direction() != v1::Buffer::OUTPUT,
-                                     base_dir_, StrCat(where, aw), w));
-    out->add_argument_buffers(out->buffers_size() - 1);
+    w->set_constant_symbol(symbol);
+    KTUNE_RETURN_IF_ERROR(
+        InitBuffer(a, b, b.direction() != v1::Buffer::OUTPUT, base_dir_, StrCat(where, aw), w));
+    if (!symbol) out->add_argument_buffers(out->buffers_size() - 1);
   }
   return absl::OkStatus();
 }
@@ -391,9 +409,11 @@ absl::Status JobPlan::PlanPipeline(const v1::JobSpec& spec, const PlanTarget& ta
   pipeline_ = spec.has_pipeline();
   if (!pipeline_) return absl::OkStatus();
   const v1::Pipeline& p = spec.pipeline();
-  const auto type = p.type() == v1::Argument::TYPE_UNSPECIFIED ? v1::ELEMENT_F32
-                                                                : static_cast<v1::ElementType>(p.type());
-  KTUNE_ASSIGN_OR_RETURN(Expr elements, Compile("pipeline.elements", p.elements(), ValueType::kInt));
+  const auto type = p.type() == v1::Argument::TYPE_UNSPECIFIED
+                        ? v1::ELEMENT_F32
+                        : static_cast<v1::ElementType>(p.type());
+  KTUNE_ASSIGN_OR_RETURN(Expr elements,
+                         Compile("pipeline.elements", p.elements(), ValueType::kInt));
   if (!elements.is_constant()) return Invalid("pipeline.elements: may depend on the problem only");
   std::int64_t count = 0;
   elements.EvaluateInt(nullptr, &count);
@@ -472,7 +492,8 @@ absl::Status JobPlan::PlanReference(const v1::JobSpec& spec) {
   }
   const v1::ReferenceKernel& rk = ver.reference_kernel();
   const std::string field = "verification.reference_kernel";
-  absl::StatusOr<std::string> source = KernelSource(rk.kernel(), base_dir_, StrCat(field, ".kernel"));
+  absl::StatusOr<std::string> source =
+      KernelSource(rk.kernel(), base_dir_, StrCat(field, ".kernel"));
   if (rk.kernel().source_case() == v1::Kernel::kFile && !source.ok()) return source.status();
   if (!source.ok() || rk.kernel().name().empty()) {
     return Invalid(StrCat(field, ": needs a kernel name and source"));
@@ -483,8 +504,8 @@ absl::Status JobPlan::PlanReference(const v1::JobSpec& spec) {
     const char* what = g == 0 ? "grid" : "block";
     std::int64_t v[3] = {1, 1, 1};
     for (int d = 0; d < exprs.size() && d < 3; ++d) {
-      KTUNE_ASSIGN_OR_RETURN(
-          Expr e, Compile(StrCat(field, ".launch.", what, "[", d, "]"), exprs.Get(d), ValueType::kInt));
+      KTUNE_ASSIGN_OR_RETURN(Expr e, Compile(StrCat(field, ".launch.", what, "[", d, "]"),
+                                             exprs.Get(d), ValueType::kInt));
       if (!e.is_constant()) {
         return Invalid(StrCat(field, ".launch.", what, ": may depend on the problem only"));
       }
@@ -502,9 +523,8 @@ absl::Status JobPlan::PlanReference(const v1::JobSpec& spec) {
   std::string why;
   KTUNE_RETURN_IF_ERROR(LaunchFor(first, &tmp, &why));
   *ref.mutable_scalars() = tmp.scalars();
-  reference_request_ =
-      KernelCompileRequest(rk.kernel(), *source, "reference.cu", base_dir_, {}, rk.kernel().name(),
-                           arch_);
+  reference_request_ = KernelCompileRequest(rk.kernel(), *source, "reference.cu", base_dir_, {},
+                                            rk.kernel().name(), arch_);
   reference_template_ = ref;
   return absl::OkStatus();
 }

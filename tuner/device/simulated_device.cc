@@ -38,6 +38,12 @@ absl::Status SimulatedDevice::Bind(const JobBinding& job) {
           StrCat("measurement.rotate_inputs: device ", info_.id,
                  " replays recorded times, taken without rotated inputs; rotating needs a GPU"));
     }
+    if (job.spec->measurement().energy()) {
+      return absl::InvalidArgumentError(
+          StrCat("measurement.energy: device ", info_.id,
+                 " replays recorded times, without their energy; energy (and an objective over "
+                 "energy_j or power_w) needs a GPU"));
+    }
     if (job.spec->has_pipeline()) {
       return absl::InvalidArgumentError(StrCat("pipeline: device ", info_.id,
                                                " replays recorded kernel times; a pipeline job "

@@ -80,8 +80,9 @@ absl::Status ArgumentBuffers::Stage(
           Check(gpu_.api.cuEventSynchronize(staged_[slot].get()), "cuEventSynchronize"));
     }
     KTUNE_RETURN_IF_ERROR(fill(offset, len, staging_[slot].get()));
-    KTUNE_RETURN_IF_ERROR(Check(gpu_.api.cuMemcpyHtoDAsync(dst + offset, staging_[slot].get(), len, cs),
-                                "cuMemcpyHtoDAsync"));
+    KTUNE_RETURN_IF_ERROR(
+        Check(gpu_.api.cuMemcpyHtoDAsync(dst + offset, staging_[slot].get(), len, cs),
+              "cuMemcpyHtoDAsync"));
     KTUNE_RETURN_IF_ERROR(Check(gpu_.api.cuEventRecord(staged_[slot].get(), cs), "cuEventRecord"));
   }
   return Check(gpu_.api.cuStreamSynchronize(cs), "cuStreamSynchronize");
@@ -141,9 +142,9 @@ absl::Status ArgumentBuffers::Upload(ArgumentBuffer& b) {
         }));
   }
   if (b.pristine.get() != 0) {
-    KTUNE_RETURN_IF_ERROR(Check(
-        gpu_.api.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, gpu_.copy_stream.get()),
-        "cuMemcpyDtoDAsync"));
+    KTUNE_RETURN_IF_ERROR(
+        Check(gpu_.api.cuMemcpyDtoDAsync(b.pristine.get(), b.data, b.bytes, gpu_.copy_stream.get()),
+              "cuMemcpyDtoDAsync"));
   }
   if (!b.spec.expected().empty()) {
     if (b.spec.expected().size() != b.bytes) {
@@ -166,7 +167,9 @@ absl::Status ArgumentBuffers::SetUpRotation(bool rotate) {
   if (!rotate) return absl::OkStatus();
   std::int64_t inputs = 0;
   for (const ArgumentBuffer& b : buffers_) {
-    if (b.spec.input() && !b.spec.output()) inputs += static_cast<std::int64_t>(b.bytes);
+    if (b.spec.input() && !b.spec.output() && !b.spec.constant_symbol()) {
+      inputs += static_cast<std::int64_t>(b.bytes);
+    }
   }
   const std::int64_t span = 2 * static_cast<std::int64_t>(gpu_.l2_bytes);
   if (inputs == 0 || inputs >= span || inputs >= kMaxRotationBytes) return absl::OkStatus();
@@ -176,7 +179,9 @@ absl::Status ArgumentBuffers::SetUpRotation(bool rotate) {
   copies = std::min<int>(copies, kMaxRotationCopies);
   copies = std::min<int>(copies, static_cast<int>(1 + (kMaxRotationBytes + inputs) / inputs));
   for (ArgumentBuffer& b : buffers_) {
-    if (!b.spec.input() || b.spec.output()) continue;
+    // A constant's contents are copied into each module: never a kernel's
+    // input from global memory.
+    if (!b.spec.input() || b.spec.output() || b.spec.constant_symbol()) continue;
     for (int k = 1; k < copies; ++k) {
       absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(gpu_.api, b.bytes);
       if (!m.ok()) {
@@ -195,10 +200,18 @@ absl::Status ArgumentBuffers::SetUpRotation(bool rotate) {
   return absl::OkStatus();
 }
 
+absl::Status ArgumentBuffers::FillConstants(CUmodule module, CUstream s) const {
+  for (const ArgumentBuffer& b : buffers_) {
+    if (!b.spec.constant_symbol()) continue;
+    KTUNE_RETURN_IF_ERROR(cuda::CopyToSymbol(gpu_.api, module, b.spec.name(), b.data, b.bytes, s));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ArgumentBuffers::ResetGuards(CUstream s) {
   for (const ArgumentBuffer& b : buffers_) {
-    KTUNE_RETURN_IF_ERROR(Check(gpu_.api.cuMemsetD8Async(b.memory.get(), kGuardByte, kGuardBytes, s),
-                                "cuMemsetD8Async"));
+    KTUNE_RETURN_IF_ERROR(Check(
+        gpu_.api.cuMemsetD8Async(b.memory.get(), kGuardByte, kGuardBytes, s), "cuMemsetD8Async"));
     KTUNE_RETURN_IF_ERROR(Check(
         gpu_.api.cuMemsetD8Async(b.data + b.bytes, kGuardByte, kGuardBytes, s), "cuMemsetD8Async"));
   }

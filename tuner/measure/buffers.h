@@ -60,6 +60,10 @@ class ArgumentBuffers {
   // input.
   void Rotate(std::vector<CUdeviceptr>& pointers);
 
+  // Enqueued on `s`: the constant arguments copied into `module`'s
+  // __constant__ variables of their names. NOT_FOUND or INVALID_ARGUMENT
+  // (see cuda::CopyToSymbol) when the module cannot take one.
+  absl::Status FillConstants(CUmodule module, CUstream s) const;
   // Enqueued on `s`: the guard zones reset, inputs the kernel writes
   // restored, outputs poisoned.
   absl::Status ResetGuards(CUstream s);

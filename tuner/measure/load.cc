@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/cuda/fill.h"
 
@@ -200,6 +201,20 @@ absl::Status LoadRunner::AddCompanion(const v1::WorkerCompanion& spec) {
     if (auto st = CopyNow(host.data(), d->get(), bytes, /*to_device=*/true); !st.ok()) return st;
     c.pointers.push_back(d->get());
     c.buffers.push_back(*std::move(d));
+  }
+  for (int i = 0; i < spec.buffers_size(); ++i) {
+    const v1::WorkerBuffer& b = spec.buffers(i);
+    if (!b.constant_symbol()) continue;
+    const std::size_t bytes = static_cast<std::size_t>(b.elements()) * ElementBytes(b.type());
+    if (auto st = cuda::CopyToSymbol(api_, c.module.get(), b.name(),
+                                     c.pointers[static_cast<std::size_t>(i)], bytes,
+                                     copy_lane_.stream.get());
+        !st.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("companion ", spec.name(), ", argument ", b.name(), ": ", st.message()));
+    }
+    KTUNE_RETURN_IF_ERROR(
+        Check(api_.cuStreamSynchronize(copy_lane_.stream.get()), "cuStreamSynchronize"));
   }
   c.scalars.assign(spec.scalars().begin(), spec.scalars().end());
   std::size_t next_scalar = 0;

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <functional>
 
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
 #include "tuner/cuda/nvml.h"
+#include "tuner/measure/energy.h"
 #include "tuner/measure/sampling_policy.h"
 
 namespace ktune {
@@ -23,7 +26,10 @@ double MsSince(WorkerClock::time_point start) {
 absl::Status Worker::Init(int ordinal, std::string* device_name) {
   std::string uuid;
   KTUNE_RETURN_IF_ERROR(gpu_.Open(ordinal, device_name, &uuid));
-  if (!uuid.empty()) clocks_.Start(Nvml::ForUuid(uuid));
+  if (!uuid.empty()) {
+    nvml_ = Nvml::ForUuid(uuid);
+    clocks_.Start(nvml_);
+  }
   KTUNE_ASSIGN_OR_RETURN(helpers_, LoadHelperKernels(gpu_.api, gpu_.architecture));
   KTUNE_RETURN_IF_ERROR(canary_.Init());
   KTUNE_RETURN_IF_ERROR(verifier_.Init());
@@ -31,6 +37,11 @@ absl::Status Worker::Init(int ordinal, std::string* device_name) {
 }
 
 absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
+  if (setup.settings().measure_energy() && !nvml_.EnergyMillijoules() && !nvml_.PowerMilliwatts()) {
+    return absl::FailedPreconditionError(
+        "measurement.energy: NVML reads neither this GPU's energy counter nor its power, so its "
+        "energy cannot be measured here");
+  }
   setup_ = setup;
   setup_.clear_buffers();
   flush_ = cuda::DeviceMemory();
@@ -65,10 +76,10 @@ absl::Status Worker::WarmUp() {
   if (ms <= 0) return absl::OkStatus();
   unsigned long long ns = static_cast<unsigned long long>(ms * 1e6);
   void* args[] = {&ns};
-  KTUNE_RETURN_IF_ERROR(
-      gpu_.Check(gpu_.api.cuLaunchKernel(helpers_.spin, static_cast<unsigned>(gpu_.multiprocessors) * 2,
-                                         1, 1, 128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
-                 "cuLaunchKernel(warm-up)"));
+  KTUNE_RETURN_IF_ERROR(gpu_.Check(
+      gpu_.api.cuLaunchKernel(helpers_.spin, static_cast<unsigned>(gpu_.multiprocessors) * 2, 1, 1,
+                              128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
+      "cuLaunchKernel(warm-up)"));
   return gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize");
 }
 
@@ -113,6 +124,14 @@ std::optional<v1::WorkerMeasurement> Worker::Load(const v1::WorkerCandidate& c,
         rc != CUDA_SUCCESS) {
       return end.Failed(rc, "cuFuncSetAttribute", true);
     }
+  }
+  // Constant arguments, before any launch of this module (the stream
+  // orders the copies before the kernel).
+  if (absl::Status st = buffers_.FillConstants(module->get(), gpu_.stream.get()); !st.ok()) {
+    if (absl::IsNotFound(st) || absl::IsInvalidArgument(st)) {
+      return end.LaunchError(StrCat("constant arguments: ", st.message()));
+    }
+    return end.Infra(st);
   }
   launch->function = f;
   launch->shared_bytes = dynamic_shared;
@@ -160,8 +179,8 @@ CUresult Worker::LaunchConcurrent(const v1::WorkerCandidate& c, const Launch& la
 }
 
 std::optional<v1::WorkerMeasurement> Worker::FirstLaunch(const v1::WorkerCandidate& c,
-                                                         const Launch& launch,
-                                                         CandidateEnding& end, float* first_ms) {
+                                                         const Launch& launch, CandidateEnding& end,
+                                                         float* first_ms) {
   const cuda::Api& api = gpu_.api;
   CUstream s = gpu_.stream.get();
   if (auto st = buffers_.RestoreInputs(s); !st.ok()) return end.Infra(st);
@@ -331,8 +350,42 @@ v1::WorkerMeasurement Worker::Sample(const v1::WorkerCandidate& c, Launch& launc
     return end.Finish();
   }
   for (double v : policy.samples()) end.out.add_samples_ms(v);
+  if (setup_.settings().measure_energy()) {
+    if (auto st = MeasureEnergyOf(c, launch, policy.samples(), cond); !st.ok()) {
+      return end.Infra(st);
+    }
+  }
   end.out.set_status(v1::OK);
   return end.Finish();
+}
+
+absl::Status Worker::MeasureEnergyOf(const v1::WorkerCandidate& c, const Launch& launch,
+                                     std::vector<double> samples, v1::Conditions& cond) {
+  // Per launch (per instance when concurrent), the samples' median.
+  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
+  const double per_launch_ms = samples[samples.size() / 2];
+  const bool concurrent = c.instances() > 0;
+  const double launch_ms = per_launch_ms * (concurrent ? c.instances() : 1);
+  // About 20 ms of work a chunk.
+  const int n =
+      static_cast<int>(std::clamp(std::ceil(20.0 / std::max(launch_ms, 1e-4)), 1.0, 100000.0));
+  CUstream s = gpu_.stream.get();
+  const std::function<CUresult()> enqueue = [&]() -> CUresult {
+    for (int k = 0; k < n; ++k) {
+      const CUresult rc = concurrent ? LaunchConcurrent(c, launch, s) : LaunchOnce(c, launch, s);
+      if (rc != CUDA_SUCCESS) return rc;
+    }
+    return CUDA_SUCCESS;
+  };
+  CUevent ring[2] = {gpu_.starts[0].get(), gpu_.starts[1].get()};
+  KTUNE_ASSIGN_OR_RETURN(EnergyReading e, MeasureEnergy(gpu_.api, nvml_, s, ring, enqueue,
+                                                        setup_.settings().energy_window_ms()));
+  cond.set_power_w(e.power_w);
+  cond.set_energy_j(e.power_w * per_launch_ms / 1e3);
+  cond.set_energy_method(e.method);
+  cond.set_energy_window_ms(e.window_ms);
+  cond.set_energy_updates(e.updates);
+  return absl::OkStatus();
 }
 
 v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
@@ -346,20 +399,20 @@ v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   }
   const auto verify_start = WorkerClock::now();
   if (setup_.has_pipeline()) {
-    return pipeline_.Measure(
-        c, launch.function, launch.shared_bytes,
-        PipelineRunner::Tools{setup_.settings(), clocks_,
-                              [&](v1::Conditions& cond) {
-                                return StartLoad(load_.get(), setup_.load(), canary_, cond);
-                              }},
-        end);
+    return pipeline_.Measure(c, launch.function, launch.shared_bytes,
+                             PipelineRunner::Tools{setup_.settings(), clocks_,
+                                                   [&](v1::Conditions& cond) {
+                                                     return StartLoad(load_.get(), setup_.load(),
+                                                                      canary_, cond);
+                                                   }},
+                             end);
   }
   if (auto st = Bind(c, &launch); !st.ok()) return end.Infra(st);
   if (c.instances() > 0) {
     if (c.streams() < 1 || c.streams() > kMaxStreams || c.instances() > 4096) {
-      return end.LaunchError(StrCat("concurrent: ", c.instances(), " instances over ",
-                                    c.streams(), " streams (1 to 4096 instances, 1 to ",
-                                    kMaxStreams, " streams)"));
+      return end.LaunchError(StrCat("concurrent: ", c.instances(), " instances over ", c.streams(),
+                                    " streams (1 to 4096 instances, 1 to ", kMaxStreams,
+                                    " streams)"));
     }
     if (auto st = gpu_.EnsureStreams(c.streams()); !st.ok()) return end.Infra(st);
   }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "ktune/v1/worker.pb.h"
 #include "tuner/cuda/driver.h"
+#include "tuner/cuda/nvml.h"
 #include "tuner/measure/buffers.h"
 #include "tuner/measure/canary.h"
 #include "tuner/measure/clock_sampler.h"
@@ -79,12 +80,18 @@ class Worker {
   v1::WorkerMeasurement Sample(const v1::WorkerCandidate& c, Launch& launch, float first_ms,
                                CandidateEnding& end);
   CUresult LaunchOnce(const v1::WorkerCandidate& c, const Launch& launch, CUstream s) const;
+  // The candidate's energy per launch and power (measurement.energy), into
+  // `cond`, from the timed `samples` (per launch) and a window of it
+  // running back to back.
+  absl::Status MeasureEnergyOf(const v1::WorkerCandidate& c, const Launch& launch,
+                               std::vector<double> samples, v1::Conditions& cond);
   // CONCURRENT: the candidate's instances over its streams, forked from and
   // joined back to `s`.
   CUresult LaunchConcurrent(const v1::WorkerCandidate& c, const Launch& launch, CUstream s) const;
 
   WorkerGpu gpu_;
   HelperKernels helpers_;
+  Nvml nvml_;  // unavailable without NVML
   ClockSampler clocks_;
   ArgumentBuffers buffers_;
   Verifier verifier_;

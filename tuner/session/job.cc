@@ -138,11 +138,27 @@ absl::Status ValidateKernelAndLaunch(const v1::JobSpec& spec, const std::vector<
         }
         break;
       }
+      case v1::Argument::kConstant: {
+        const v1::Buffer& b = a.constant();
+        KTUNE_RETURN_IF_ERROR(CheckExpression(StrCat(where, " (", a.name(), ").constant.size"),
+                                              b.size(), symbols, ValueType::kInt));
+        if (b.direction() != v1::Buffer::INPUT &&
+            b.direction() != v1::Buffer::DIRECTION_UNSPECIFIED) {
+          return Invalid(StrCat(where, " (", a.name(),
+                                ").constant.direction: constant memory is read-only to kernels; "
+                                "give INPUT (or leave it out)"));
+        }
+        if (b.init_case() == v1::Buffer::kUniform && !(b.uniform().low() < b.uniform().high())) {
+          return Invalid(
+              StrCat(where, " (", a.name(), ").constant.uniform: low must be below high"));
+        }
+        break;
+      }
       case v1::Argument::kScalar:
         KTUNE_RETURN_IF_ERROR(CheckExpression(StrCat(where, " (", a.name(), ").scalar"), a.scalar(),
                                               symbols, ValueType::kFloat));
         break;
-      default: return Invalid(StrCat(where, " (", a.name(), "): give buffer or scalar"));
+      default: return Invalid(StrCat(where, " (", a.name(), "): give buffer, scalar or constant"));
     }
   }
   return absl::OkStatus();
@@ -232,6 +248,20 @@ absl::Status ValidateSettings(const v1::JobSpec& spec) {
       return Invalid(
           "measurement.load.kind: a pipeline job runs over its own streams (pipeline.streams); "
           "measure it ISOLATED or UNDER_LOAD, not CONCURRENT");
+    }
+  }
+  if (m.energy() || m.has_energy_window()) {
+    if (load.kind() == v1::LoadProfile::UNDER_LOAD) {
+      return Invalid(
+          "measurement.energy: not with an UNDER_LOAD profile (the GPU's energy counter would "
+          "count the load's work too)");
+    }
+    if (spec.has_pipeline()) {
+      return Invalid("measurement.energy: a pipeline job's energy is not measured");
+    }
+    if (m.energy_window().seconds() < 0 || m.energy_window().nanos() < 0 ||
+        m.energy_window().seconds() > 60) {
+      return Invalid("measurement.energy_window: between 0 and 60 s");
     }
   }
   if (m.rotate_inputs()) {
@@ -342,12 +372,14 @@ absl::StatusOr<Objective> Objective::Create(const std::string& expression, bool 
     KTUNE_RETURN_IF_ERROR(symbols.AddSlot(p.name, p.type, static_cast<int>(i)));
     for (const Value& v : p.values) o.param_scalars_[i].push_back(ToScalar(v, symbols));
   }
-  for (const char* t : {"time_ms", "time_s"}) {
-    absl::Status s = symbols.AddSlot(
-        t, ValueType::kFloat, static_cast<int>(params.size()) + (std::string_view(t) == "time_s"));
+  // The measurement's names, in slots after the parameters'.
+  static constexpr const char* kMeasured[] = {"time_ms", "time_s", "energy_j", "power_w"};
+  for (int k = 0; k < 4; ++k) {
+    absl::Status s =
+        symbols.AddSlot(kMeasured[k], ValueType::kFloat, static_cast<int>(params.size()) + k);
     if (!s.ok()) {
-      return Invalid(
-          StrCat("objective: a parameter is named ", t, ", which the objective reserves"));
+      return Invalid(StrCat("objective: a parameter is named ", kMeasured[k],
+                            ", which the objective reserves"));
     }
   }
   for (const auto& [pname, v] : problem) {
@@ -355,27 +387,35 @@ absl::StatusOr<Objective> Objective::Create(const std::string& expression, bool 
   }
   absl::StatusOr<Expr> e = Expr::CompileAs(std::string(text), symbols, ValueType::kFloat);
   if (!e.ok()) return Invalid(StrCat("objective.expression: ", e.status().message()));
+  for (int slot : e->slots()) {
+    o.reads_energy_ = o.reads_energy_ || slot >= static_cast<int>(params.size()) + 2;
+  }
   o.expr_ = std::make_shared<const Expr>(*std::move(e));
   o.id_ = std::string(text);
   o.name_ = name.empty() ? std::string(text) : std::move(name);
   return o;
 }
 
-std::optional<double> Objective::Compute(const Config& config, double time_ms) const {
+std::optional<double> Objective::Compute(const Config& config, double time_ms, double energy_j,
+                                         double power_w) const {
   if (!expr_) return time_ms;
-  std::vector<Scalar> slots(num_params_ + 2);
+  if (reads_energy_ && !(energy_j > 0 && power_w > 0)) return std::nullopt;
+  std::vector<Scalar> slots(num_params_ + 4);
   for (std::size_t i = 0; i < num_params_; ++i) {
     slots[i] = param_scalars_[i][config.index[i]];
   }
   slots[num_params_] = FloatScalar(time_ms);
   slots[num_params_ + 1] = FloatScalar(time_ms / 1e3);
+  slots[num_params_ + 2] = FloatScalar(energy_j);
+  slots[num_params_ + 3] = FloatScalar(power_w);
   double v;
   if (!expr_->EvaluateDouble(slots.data(), &v) || !std::isfinite(v)) return std::nullopt;
   return v;
 }
 
-std::optional<double> Objective::Loss(const Config& config, double time_ms) const {
-  std::optional<double> v = Compute(config, time_ms);
+std::optional<double> Objective::Loss(const Config& config, double time_ms, double energy_j,
+                                      double power_w) const {
+  std::optional<double> v = Compute(config, time_ms, energy_j, power_w);
   if (v && maximize_) return -*v;
   return v;
 }
@@ -433,6 +473,8 @@ absl::StatusOr<Job> ResolveJob(const v1::JobSpec& spec, const std::string& base_
   KTUNE_ASSIGN_OR_RETURN(
       job.objective, Objective::Create(obj.expression(), obj.direction() == v1::Objective::MAXIMIZE,
                                        obj.name(), params, job.problem));
+  // An objective over the energy needs it measured.
+  if (job.objective.reads_energy()) job.spec.mutable_measurement()->set_energy(true);
   if (spec.verification().reference_case() == v1::Verification::kReferenceConfig) {
     absl::StatusOr<Config> ref = space.ParseKey(spec.verification().reference_config());
     if (!ref.ok()) {
@@ -526,6 +568,10 @@ absl::StatusOr<std::int64_t> ArgumentBytes(const Job& job) {
   };
   for (int i = 0; i < job.spec.arguments_size(); ++i) {
     const v1::Argument& a = job.spec.arguments(i);
+    if (a.kind_case() == v1::Argument::kConstant) {
+      KTUNE_RETURN_IF_ERROR(add(StrCat("arguments[", i, "] (", a.name(), ").constant.size"),
+                                a.constant().size(), a.type(), 1));
+    }
     if (a.kind_case() != v1::Argument::kBuffer) continue;
     KTUNE_RETURN_IF_ERROR(add(StrCat("arguments[", i, "] (", a.name(), ").buffer.size"),
                               a.buffer().size(), a.type(), 1));

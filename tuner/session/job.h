@@ -40,16 +40,24 @@ class Objective {
   Objective() = default;
 
   // Compiles `expression` over the parameters of `params`, the problem
-  // dimensions and the measurement names time_ms and time_s.
+  // dimensions and the measurement names time_ms, time_s, energy_j (joules
+  // per launch) and power_w (watts while it runs).
   static absl::StatusOr<Objective> Create(const std::string& expression, bool maximize,
                                           std::string name, const std::vector<Parameter>& params,
                                           const Problem& problem);
 
-  // The objective's value for `config` measured at `time_ms`, or nullopt if
-  // the expression fails to evaluate (e.g. divides by zero).
-  std::optional<double> Compute(const Config& config, double time_ms) const;
+  // The objective's value for `config` measured at `time_ms` (and, for an
+  // objective over them, `energy_j` and `power_w`), or nullopt if the
+  // expression fails to evaluate (e.g. divides by zero) or reads an energy
+  // that was not measured (0).
+  std::optional<double> Compute(const Config& config, double time_ms, double energy_j = 0,
+                                double power_w = 0) const;
   // The value to minimise: Compute, negated when maximising.
-  std::optional<double> Loss(const Config& config, double time_ms) const;
+  std::optional<double> Loss(const Config& config, double time_ms, double energy_j = 0,
+                             double power_w = 0) const;
+  // Whether the expression reads energy_j or power_w: its candidates must
+  // have their energy measured.
+  bool reads_energy() const { return reads_energy_; }
 
   // "time" for the default, else the expression text: identifies what a
   // stored best ranks.
@@ -64,6 +72,7 @@ class Objective {
   std::shared_ptr<const Expr> expr_;  // null for the default
   std::vector<std::vector<Scalar>> param_scalars_;
   std::size_t num_params_ = 0;
+  bool reads_energy_ = false;
 };
 
 // How a job's strategy is shown: "auto (bayes)" for the default and what

@@ -238,8 +238,9 @@ absl::Status Session::Running::Evaluate(const Config& config) {
     record.key = key;
     record.config_json = space_.ToJson(config).Dump();
     if (m.ok()) {
-      record.objective = s_.job_.objective.Compute(config, m.time.count());
-      record.loss = s_.job_.objective.Loss(config, m.time.count());
+      const double joules = m.conditions.energy_j(), watts = m.conditions.power_w();
+      record.objective = s_.job_.objective.Compute(config, m.time.count(), joules, watts);
+      record.loss = s_.job_.objective.Loss(config, m.time.count(), joules, watts);
     }
     record.measurement = std::move(m);
     record.measured_at = NowIso8601();
@@ -308,8 +309,9 @@ absl::Status Session::Running::FinalRound() {
       record.measurement.conditions.set_final_round(true);
       record.measurement.message = StrCat("re-measurement failed: ", m.message);
     } else {
-      record.objective = s_.job_.objective.Compute(contenders[i], m.time.count());
-      record.loss = s_.job_.objective.Loss(contenders[i], m.time.count());
+      const double joules = m.conditions.energy_j(), watts = m.conditions.power_w();
+      record.objective = s_.job_.objective.Compute(contenders[i], m.time.count(), joules, watts);
+      record.loss = s_.job_.objective.Loss(contenders[i], m.time.count(), joules, watts);
       record.measurement = std::move(m);
     }
     KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.UpdateMeasurement(s_.job_id_, record); }));
