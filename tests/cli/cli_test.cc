@@ -383,6 +383,36 @@ TEST_F(CliTest, ShowListsMeasurementsInEvaluationOrder) {
   EXPECT_THAT(text.out, HasSubstr("runtime_fault"));
 }
 
+// A job exported in Kernel Tuner's cache format and in T4's, replayed by
+// the simulated device over everything it holds, gives the job's best
+// and its status counts.
+TEST_F(CliTest, ExportedResultsReplayToTheSameBestAndStatuses) {
+  const std::string cache = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
+  const Json job = RunJson({"tune", "--local", "--device", cache, "--max-evals", "250", "--seed",
+                            "4", "--db", Db(), "--json"});
+  const std::string id = job.Find("job_id")->as_string();
+  for (const std::string format : {"kernel-tuner", "t4"}) {
+    const std::string file = Db(format + (format == "t4" ? ".json" : ".json.gz"));
+    const RunResult exported = Run({"export", id, "--db", Db(), "--format", format, file});
+    ASSERT_EQ(exported.code, 0) << exported.err;
+    EXPECT_THAT(exported.out, HasSubstr("250 measurements"));
+    const Json replay = RunJson({"tune", "--local", "--device", "sim:" + file, "--strategy",
+                                 "brute_force", "--db", Db(format + ".db"), "--json"});
+    EXPECT_EQ(replay.Find("evaluations")->as_int(), 250) << format;
+    EXPECT_EQ(replay.Find("best")->Find("key")->as_string(),
+              job.Find("best")->Find("key")->as_string())
+        << format;
+    EXPECT_DOUBLE_EQ(replay.Find("best")->Find("time_ms")->as_double(),
+                     job.Find("best")->Find("time_ms")->as_double())
+        << format;
+    EXPECT_EQ(replay.Find("status_counts")->Dump(), job.Find("status_counts")->Dump()) << format;
+  }
+  EXPECT_EQ(Run({"export", id, "--db", Db(), "--format", "csv", Db("x")}).code, 2);
+  EXPECT_EQ(Run({"export", id, "--db", Db(), "--format", "t4"}).code, 2);  // no FILE
+  EXPECT_THAT(Run({"export", "nope", "--db", Db(), "--format", "t4", Db("y")}).err,
+              HasSubstr("JOB: "));
+}
+
 // The spec `ktune tune --local --device DEVICE --strategy random --seed
 // SEED --max-evals N` makes: the same job, so the same identity.
 v1::JobSpec RandomSearch(const std::string& device, std::uint64_t seed, std::int64_t evaluations) {

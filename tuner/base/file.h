@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -22,6 +23,9 @@ absl::StatusOr<std::string> ReadFileContents(const std::string& path);
 // Writes `contents` to `path` through a temporary file in the same folder
 // and a rename, so readers never see a partial file.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+// `data` as one gzip member (what ReadFileContents reads back).
+std::string GzipCompress(std::string_view data);
 
 }  // namespace ktune
 

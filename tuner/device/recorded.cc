@@ -285,7 +285,14 @@ absl::Status RecordedSpace::ParseKernelTuner(const Json& root) {
       }
       m.stats = ComputeStats(TimesFrom(entry.Find("times")));
     } else if (time != nullptr && time->is_string()) {
+      // ktune's own export keeps its status beside Kernel Tuner's marker.
       std::optional<CandidateStatus> s = StatusFromKernelTunerMarker(time->as_string());
+      if (const Json* own = entry.Find("ktune_status"); s && own != nullptr && own->is_string()) {
+        if (std::optional<CandidateStatus> k = ParseCandidateStatus(own->as_string());
+            k && *k != CandidateStatus::kOk) {
+          s = k;
+        }
+      }
       if (!s) {
         return Invalid(path,
                        StrCat(where, ".time: unknown failure marker \"", time->as_string(), "\""));

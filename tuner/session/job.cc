@@ -29,6 +29,8 @@ std::string Where(std::size_t i, const std::string& name) {
   return name.empty() ? StrCat("parameters[", i, "]") : StrCat("parameters[", i, "] (", name, ")");
 }
 
+}  // namespace
+
 absl::StatusOr<Parameter> ToParameter(const v1::Parameter& p, std::size_t i) {
   Parameter out;
   out.name = p.name();
@@ -77,6 +79,8 @@ absl::StatusOr<Parameter> ToParameter(const v1::Parameter& p, std::size_t i) {
   }
   return out;
 }
+
+namespace {
 
 // Checks that `text` compiles as a `want` expression; `field` names it.
 absl::Status CheckExpression(const std::string& field, const std::string& text,

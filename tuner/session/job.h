@@ -98,6 +98,10 @@ struct Job {
   bool warm_start = true;  // see StrategySpec.warm_start
 };
 
+// The job file's parameter `p` (the `index`-th, for messages) as a space
+// parameter with its values. INVALID_ARGUMENT names the field.
+absl::StatusOr<Parameter> ToParameter(const v1::Parameter& p, std::size_t index);
+
 // Validates `spec` and resolves it. Relative paths (kernel.file,
 // include paths) are relative to `base_dir`. INVALID_ARGUMENT names the
 // field path and, for expressions, shows a caret under the fault.
