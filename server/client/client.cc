@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <google/protobuf/util/json_util.h>
 #include "ktune/v1/tuner.grpc.pb.h"
 #include "tuner/base/file.h"
 #include "tuner/base/json.h"
@@ -47,6 +48,15 @@ std::string TunedConfig::String(const std::string& name, const std::string& fall
 bool TunedConfig::Has(const std::string& name) const { return values_.count(name) > 0; }
 
 struct BestConfigs::Impl {
+  // How the answers were loaded, for Refresh.
+  std::string database;  // Open
+  std::vector<std::string> kernels;
+  std::string address;  // Connect
+  std::vector<BestRequest> requests;
+  ConnectOptions options;
+  // tune_on_miss: the job queued for each request's exact problem.
+  std::unordered_map<std::string, std::string> tuning;
+
   std::vector<BestRecord> records;
   // Exact answers by (kernel, device, problem), and fallbacks once computed.
   std::unordered_map<std::string, std::unique_ptr<TunedConfig>> exact;
@@ -131,6 +141,8 @@ std::unique_ptr<BestConfigs> BestConfigs::Open(const std::string& database,
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(database, /*create=*/false);
   if (!store.ok()) return fail(std::string(store.status().message()));
   std::unique_ptr<BestConfigs> out(new BestConfigs());
+  out->impl_->database = database;
+  out->impl_->kernels = kernels;
   for (const std::string& kernel : kernels) {
     absl::StatusOr<std::vector<BestRecord>> found =
         (*store)->FindBest(kernel, std::nullopt, std::nullopt, std::nullopt);
@@ -168,7 +180,11 @@ std::unique_ptr<BestConfigs> BestConfigs::Connect(const std::string& address,
   }
   std::unique_ptr<v1::Tuner::Stub> stub = v1::Tuner::NewStub(grpc::CreateChannel(address, creds));
   std::unique_ptr<BestConfigs> out(new BestConfigs());
-  for (const BestRequest& r : requests) {
+  out->impl_->address = address;
+  out->impl_->requests = requests;
+  out->impl_->options = options;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const BestRequest& r = requests[i];
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::microseconds(static_cast<std::int64_t>(options.timeout_s * 1e6)));
@@ -178,10 +194,22 @@ std::unique_ptr<BestConfigs> BestConfigs::Connect(const std::string& address,
     req.set_device(r.device);
     req.set_source_hash(r.source_hash);
     for (const auto& [name, v] : r.problem) (*req.mutable_problem())[name] = v;
+    req.set_tune_on_miss(r.tune_on_miss);
+    if (!r.spec_json.empty()) {
+      if (const auto parsed =
+              google::protobuf::util::JsonStringToMessage(r.spec_json, req.mutable_spec());
+          !parsed.ok()) {
+        return fail(StrCat("requests[", i, "].spec_json: ", std::string(parsed.message())));
+      }
+    }
     v1::GetBestResponse resp;
     const grpc::Status s = stub->GetBest(&ctx, req, &resp);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) continue;
     if (!s.ok()) return fail(StrCat(address, ": ", s.error_message()));
+    const std::string key = Impl::Key(r.kernel, r.device, r.problem);
+    if (!resp.tuning_job_id().empty()) out->impl_->tuning[key] = resp.tuning_job_id();
+    // Nothing stored yet, but a job is tuning it.
+    if (resp.match() == v1::GetBestResponse::MATCH_KIND_UNSPECIFIED) continue;
     BestRecord b;
     b.kernel_name = resp.kernel();
     b.source_hash = resp.source_hash();
@@ -216,8 +244,9 @@ std::unique_ptr<BestConfigs> BestConfigs::Connect(const std::string& address,
                             ? "same_architecture"
                             : "exact";
     // The answer to exactly this request, whatever the daemon fell back on.
-    out->impl_->exact[Impl::Key(r.kernel, r.device, r.problem)] =
-        Impl::Make(b, match, resp.source_differs());
+    std::unique_ptr<TunedConfig> answer = Impl::Make(b, match, resp.source_differs());
+    answer->tuning_job_id_ = resp.tuning_job_id();
+    out->impl_->exact[key] = std::move(answer);
     out->impl_->records.push_back(std::move(b));
   }
   out->impl_->IndexRecords();
@@ -240,6 +269,18 @@ const TunedConfig* BestConfigs::Find(const std::string& kernel, const std::strin
   const TunedConfig* p = answer.get();
   impl_->found[key] = std::move(answer);  // misses are remembered too
   return p;
+}
+
+std::unique_ptr<BestConfigs> BestConfigs::Refresh(std::string* error) const {
+  if (!impl_->address.empty())
+    return Connect(impl_->address, impl_->requests, impl_->options, error);
+  return Open(impl_->database, impl_->kernels, error);
+}
+
+std::string BestConfigs::TuningJob(const std::string& kernel, const std::string& device,
+                                   const ProblemSize& problem) const {
+  auto it = impl_->tuning.find(Impl::Key(kernel, device, problem));
+  return it == impl_->tuning.end() ? std::string() : it->second;
 }
 
 }  // namespace ktune

@@ -82,6 +82,9 @@ const CommandSpec kDaemonCommand{
      {"max-jobs-per-client", "N",
       "jobs one client may have queued or running (the whole fleet's, on PostgreSQL; "
       "default: no limit)"},
+     {"max-miss-jobs-per-client", "N",
+      "jobs GetBest's tune_on_miss may have queued or running for one client (default 4; 0: "
+      "never tune on a miss)"},
      {"max-evals", "N", "evaluations per job (default: no limit)"},
      {"max-space", "N", "configurations in a job's space (default: no limit)"},
      {"max-wall-seconds", "S", "wall time per job (default: no limit)"},
@@ -231,9 +234,10 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
     return absl::OkStatus();
   };
   std::int64_t running = 4, queued = 256, workers = 0, threads = 2, max_space = 0, argument_mib = 0,
-               request_mib = 16, per_client = 0;
+               request_mib = 16, per_client = 0, miss_jobs = 4;
   KTUNE_RETURN_IF_ERROR(read_int("max-running", 1, 1024, &running));
   KTUNE_RETURN_IF_ERROR(read_int("max-jobs-per-client", 1, 1 << 20, &per_client));
+  KTUNE_RETURN_IF_ERROR(read_int("max-miss-jobs-per-client", 0, 1 << 20, &miss_jobs));
   KTUNE_RETURN_IF_ERROR(read_int("max-queued", 0, 1 << 20, &queued));
   KTUNE_RETURN_IF_ERROR(read_int("max-evals", 1, INT64_MAX, &so.limits.max_evaluations));
   KTUNE_RETURN_IF_ERROR(read_int("max-space", 1, INT64_MAX, &max_space));
@@ -254,6 +258,7 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   so.limits.max_running = static_cast<int>(running);
   so.limits.max_queued = static_cast<int>(queued);
   so.limits.max_jobs_per_client = static_cast<int>(per_client);
+  so.limits.max_miss_jobs_per_client = static_cast<int>(miss_jobs);
   so.limits.max_space = static_cast<double>(max_space);
   so.limits.max_argument_bytes = argument_mib << 20;
   so.limits.max_request_bytes = request_mib << 20;

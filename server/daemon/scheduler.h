@@ -49,6 +49,9 @@ struct SchedulerLimits {
   // Jobs one client (SubmitJobRequest.client) may have queued or running
   // at once, counted over the whole fleet with a PostgreSQL store; 0: none.
   int max_jobs_per_client = 0;
+  // Jobs GetBest's tune_on_miss may have queued or running for one client
+  // on this daemon; 0: tuning on a miss is off.
+  int max_miss_jobs_per_client = 4;
   std::int64_t max_evaluations = 0;     // per job; 0: none
   double max_space = 0;                 // configurations per job; 0: none
   double max_wall_seconds = 0;          // per job; 0: none
@@ -133,8 +136,11 @@ class Scheduler {
   absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   absl::StatusOr<v1::Job> Cancel(const v1::CancelJobRequest& request);
   // With `generation`: the best_generation() the answer was read at.
+  // With request.tune_on_miss, a miss may queue a job (TuneOnMiss) under
+  // `client`'s name.
   absl::StatusOr<v1::GetBestResponse> GetBest(const v1::GetBestRequest& request,
-                                              std::uint64_t* generation = nullptr);
+                                              std::uint64_t* generation = nullptr,
+                                              const std::string& client = "");
   v1::ListDevicesResponse ListDevices() const;
   // Reads the store (job counts, size) under the readers' lock.
   absl::StatusOr<SchedulerActivity> Activity();
@@ -209,6 +215,14 @@ class Scheduler {
   absl::Status NotAccepting() const;
   absl::StatusOr<std::string> ResolveId(const std::string& id_or_prefix);
 
+  // GetBest's tune_on_miss (scheduler_miss.cc): queues the job for the
+  // exact problem `request` asks, or finds the one queued before, into
+  // out->tuning_job_id; out->tuning_note says why not.
+  void TuneOnMiss(const v1::GetBestRequest& request, const std::string& client,
+                  v1::GetBestResponse* out);
+  absl::StatusOr<v1::JobSpec> MissSpec(const v1::GetBestRequest& request,
+                                       const v1::GetBestResponse& answer);
+
   // The fleet (scheduler_fleet.cc).
   bool fleet_mode() const { return fleet_ != nullptr; }
   void StartFleet();
@@ -278,6 +292,12 @@ class Scheduler {
   std::function<void(bool)> store_health_;  // set before Resume
   std::int64_t change_count_ = -1;  // the store's change counter, as the fleet thread last read it
   std::vector<std::shared_ptr<Follower>> followers_;  // guarded by fleet_mu_
+
+  // Jobs queued on misses: by kernel, device and problem, and their
+  // clients (guarded by miss_mu_).
+  std::mutex miss_mu_;
+  std::map<std::string, std::string> miss_jobs_;
+  std::map<std::string, std::string> miss_client_;  // job id -> client
 
   std::atomic<std::uint64_t> best_generation_{0};
   std::atomic<std::int64_t> outside_checked_ns_{0};  // steady clock

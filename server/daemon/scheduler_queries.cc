@@ -195,7 +195,8 @@ void Scheduler::NoticeOutsideWrites() {
 }
 
 absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest& request,
-                                                       std::uint64_t* generation) {
+                                                       std::uint64_t* generation,
+                                                       const std::string& client) {
   if (request.kernel().empty()) return absl::InvalidArgumentError("kernel: required");
   for (const auto& [name, v] : request.problem()) {
     if (name.empty()) return absl::InvalidArgumentError("problem: a dimension without a name");
@@ -223,9 +224,20 @@ absl::StatusOr<v1::GetBestResponse> Scheduler::GetBest(const v1::GetBestRequest&
     std::lock_guard<std::mutex> rl(read_mu_);
     match = reader_->FindBestMatch(q);
   }
-  if (!match.ok()) return match.status();
   v1::GetBestResponse out;
-  BestMatchToProto(*match, &out);
+  if (match.ok()) {
+    BestMatchToProto(*match, &out);
+  } else if (!absl::IsNotFound(match.status()) || !request.tune_on_miss()) {
+    return match.status();
+  }
+  if (request.tune_on_miss() && out.match() != v1::GetBestResponse::EXACT) {
+    TuneOnMiss(request, client, &out);
+    // Nothing stored and nothing queued: the miss stays a NOT_FOUND.
+    if (!match.ok() && out.tuning_job_id().empty()) {
+      return absl::Status(match.status().code(),
+                          StrCat(match.status().message(), "; ", out.tuning_note()));
+    }
+  }
   return out;
 }
 

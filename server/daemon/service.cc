@@ -156,23 +156,34 @@ bool TunerService::Authorized(grpc::CallbackServerContext* ctx) const {
 
 namespace {
 
-// Who a submission is from, for the per-client limits: a verified client
+// Who a call is from, for the per-client limits: a verified client
 // certificate's name cannot be claimed by another, so it wins over the
 // name a client gives itself; a client that gives none is its peer's
 // address, without the port (a new port each connection).
-std::string ClientOf(const grpc::CallbackServerContext& ctx, const std::string& declared) {
-  const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
-    for (const grpc::string_ref& name : auth->FindPropertyValues("x509_common_name")) {
-      return std::string(name.data(), name.size());
+struct ClientIdentity {
+  std::string verified;
+  std::string peer;
+
+  explicit ClientIdentity(const grpc::CallbackServerContext& ctx) {
+    const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+    if (auth != nullptr && auth->IsPeerAuthenticated()) {
+      for (const grpc::string_ref& name : auth->FindPropertyValues("x509_common_name")) {
+        verified.assign(name.data(), name.size());
+        break;
+      }
+    }
+    peer = ctx.peer();
+    if (peer.rfind("unix:", 0) == 0) {
+      peer = "unix";
+    } else if (const std::size_t colon = peer.rfind(':'); colon != std::string::npos) {
+      peer.resize(colon);
     }
   }
-  if (!declared.empty()) return declared;
-  std::string peer = ctx.peer();
-  if (peer.rfind("unix:", 0) == 0) return "unix";
-  if (const std::size_t colon = peer.rfind(':'); colon != std::string::npos) peer.resize(colon);
-  return peer;
-}
+  std::string Name(const std::string& declared) const {
+    if (!verified.empty()) return verified;
+    return declared.empty() ? peer : declared;
+  }
+};
 
 }  // namespace
 
@@ -180,7 +191,7 @@ grpc::ServerUnaryReactor* TunerService::SubmitJob(grpc::CallbackServerContext* c
                                                   const v1::SubmitJobRequest* request,
                                                   v1::SubmitJobResponse* response) {
   KTUNE_CHECK_AUTH(ctx);
-  std::string client = ClientOf(*ctx, request->client());
+  std::string client = ClientIdentity(*ctx).Name(request->client());
   return Async(ctx, pool_, response, [this, request, client = std::move(client)] {
     if (client == request->client()) return scheduler_.Submit(*request);
     v1::SubmitJobRequest named = *request;
@@ -271,10 +282,12 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
     return reactor;
   }
   const BestWaiter self{reactor, response, arrived};
+  ClientIdentity identity(*ctx);  // for tune_on_miss
   // While jobs find new bests every answer goes stale at once: the calls
   // that miss together wait for one read of the store.
   if (!best_answers_.Join(bytes, generation, self)) return reactor;
-  boost::asio::post(pool_, [this, self, generation, bytes = std::move(bytes)] {
+  boost::asio::post(pool_, [this, self, generation, bytes = std::move(bytes),
+                            identity = std::move(identity)] {
     grpc::Status status;
     std::optional<grpc::ByteBuffer> buffer;
     std::uint64_t read_generation = 0;
@@ -283,7 +296,7 @@ grpc::ServerUnaryReactor* TunerService::GetBest(grpc::CallbackServerContext* ctx
       status = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                             "GetBestRequest: the request is not a valid message");
     } else if (absl::StatusOr<v1::GetBestResponse> answer =
-                   scheduler_.GetBest(parsed, &read_generation);
+                   scheduler_.GetBest(parsed, &read_generation, identity.Name(parsed.client()));
                !answer.ok()) {
       status = ToGrpc(answer.status());
     } else {

@@ -8,11 +8,10 @@
 //     launch(c->Int("block_size_x", 16), ...);
 //   }
 //
-// Open (a database file or a fleet's PostgreSQL URI, read once) or Connect (a ktuned daemon, asked once
-// per request) load the answers; Find then answers from memory without I/O:
-// the exact device and problem, else the nearest problem size on that
-// device (log scale), else the same kernel on another device of the same
-// architecture. CMake: find_package(ktune) and link ktune::client.
+// Open (a database file or a fleet's PostgreSQL URI, read once) or Connect (a ktuned daemon, asked
+// once per request) load the answers; Find then answers from memory without I/O: the exact device
+// and problem, else the nearest problem size on that device (log scale), else the same kernel on
+// another device of the same architecture. CMake: find_package(ktune) and link ktune::client.
 #ifndef KTUNE_CLIENT_H_
 #define KTUNE_CLIENT_H_
 
@@ -52,6 +51,9 @@ class KTUNE_CLIENT_API TunedConfig {
   const std::string& match() const { return match_; }
   bool source_differs() const { return source_differs_; }
   const std::string& job_id() const { return job_id_; }
+  // From a daemon asked with tune_on_miss: the job tuning the exact problem
+  // when this answer is a fallback (empty when none was queued).
+  const std::string& tuning_job_id() const { return tuning_job_id_; }
 
  private:
   friend class BestConfigs;
@@ -61,7 +63,7 @@ class KTUNE_CLIENT_API TunedConfig {
     double f = 0;
     std::string s;
   };
-  std::string kernel_, key_, device_, architecture_, match_ = "exact", job_id_;
+  std::string kernel_, key_, device_, architecture_, match_ = "exact", job_id_, tuning_job_id_;
   ProblemSize problem_;
   double time_ms_ = 0;
   bool source_differs_ = false;
@@ -81,6 +83,12 @@ struct BestRequest {
   std::string device;
   ProblemSize problem;
   std::string source_hash;  // optional: told when the stored source differs
+  // When the daemon has nothing exact, have it tune this exact kernel,
+  // device and problem (once, whoever asks): with the job file in
+  // `spec_json` (proto3 JSON, as ktune tune reads), or else the spec of
+  // the job the fallback came from. Refresh later for the exact answer.
+  bool tune_on_miss = false;
+  std::string spec_json;
 };
 
 class KTUNE_CLIENT_API BestConfigs {
@@ -108,6 +116,16 @@ class KTUNE_CLIENT_API BestConfigs {
                           const ProblemSize& problem) const;
 
   std::size_t size() const;  // configurations loaded
+
+  // The same requests asked again (or the database read again), as a new
+  // object: answers that were fallbacks may be exact now. This object and
+  // its pointers stay valid. nullptr with *error as Open or Connect.
+  std::unique_ptr<BestConfigs> Refresh(std::string* error) const;
+
+  // For a request with tune_on_miss: the job the daemon queued for its
+  // exact problem (also when it had no answer at all yet); empty if none.
+  std::string TuningJob(const std::string& kernel, const std::string& device,
+                        const ProblemSize& problem) const;
 
  private:
   BestConfigs();
