@@ -35,7 +35,7 @@ grep -q '^match=nearest_problem ' <<<"$near"
 "$work/prefix/bin/ktuned" --device "sim:$src/kernels/recorded/pnpoly_kttvalues_RTX_2080_Ti.json.gz" \
   --db "$work/d.db" --listen 127.0.0.1:0 --port-file "$work/addr" >"$work/ktuned.log" 2>&1 &
 daemon=$!
-trap 'kill -9 $daemon 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill -9 $daemon 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 300); do [ -s "$work/addr" ] && break; sleep 0.1; done
 addr=$(cat "$work/addr")
 cp "$src/tests/consumer/pnpoly.json" "$work/pnpoly.json"
