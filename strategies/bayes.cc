@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace ktune {
 namespace {
@@ -58,6 +59,12 @@ double NormalQuantile(double p) {
 // then short ones while the data are few or have grown by a fifth, else
 // none (the fit changes little between). Updates `fitted_on`.
 constexpr std::size_t kMaxPriorFailures = 150;
+// The most observations either model is conditioned on (see ModelRows):
+// fitting costs their cube and each prediction their square, so a long run
+// (thousands of evaluations in minutes on a large space) keeps its time per
+// proposal bounded. Above every recorded space's long budget (at most 280
+// evaluations), so scores there are unchanged.
+constexpr std::size_t kMaxModelRows = 300;
 // Random draws a batch's initial pick is chosen from (see SpreadPick).
 constexpr int kSpreadDraws = 30;
 // Hill-climbing steps refining a pick from a sampled candidate set.
@@ -105,6 +112,11 @@ BayesianOptimization::BayesianOptimization(const Space& space, std::uint64_t see
     while (e.Next(&c)) all_.push_back(c);
     unseen_.resize(all_.size());
     for (std::size_t i = 0; i < all_.size(); ++i) unseen_[i] = static_cast<std::uint32_t>(i);
+    all_seen_.assign(all_.size(), 0);
+    all_index_.reserve(all_.size());
+    for (std::size_t i = 0; i < all_.size(); ++i) {
+      all_index_.emplace(all_[i], static_cast<std::uint32_t>(i));
+    }
   }
 }
 
@@ -161,6 +173,36 @@ std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>
   return best ? best : RandomUnseen();
 }
 
+std::vector<const BayesianOptimization::Observation*> BayesianOptimization::ModelRows(
+    bool with_failures) const {
+  std::vector<const Observation*> used;
+  for (const Observation& o : observations_) {
+    if (o.ok || with_failures) used.push_back(&o);
+  }
+  if (used.size() <= kMaxModelRows) return used;
+  // Past the bound: the best half of the successes, then the most recent of
+  // the rest. The incumbent and its region stay in the model, and so does
+  // where the search is now; what was measured long ago elsewhere leaves.
+  std::vector<const Observation*> ok;
+  for (const Observation* o : used) {
+    if (o->ok) ok.push_back(o);
+  }
+  const std::size_t best = std::min(ok.size(), kMaxModelRows / 2);
+  std::partial_sort(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(best), ok.end(),
+                    [](const Observation* a, const Observation* b) { return a->y < b->y; });
+  std::unordered_set<const Observation*> chosen(ok.begin(),
+                                                ok.begin() + static_cast<std::ptrdiff_t>(best));
+  for (auto it = used.rbegin(); it != used.rend() && chosen.size() < kMaxModelRows; ++it) {
+    chosen.insert(*it);
+  }
+  std::vector<const Observation*> out;
+  out.reserve(chosen.size());
+  for (const Observation* o : used) {  // in the order they were measured
+    if (chosen.count(o) != 0) out.push_back(o);
+  }
+  return out;
+}
+
 void BayesianOptimization::Refit() {
   double worst = -std::numeric_limits<double>::infinity();
   for (const Observation& o : observations_) {
@@ -176,10 +218,7 @@ void BayesianOptimization::Refit() {
   std::size_t n_ok = 0;
   for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
   const bool with_failures = options_.failures_in_objective || 2 * n_ok < observations_.size();
-  std::vector<const Observation*> used;
-  for (const Observation& o : observations_) {
-    if (o.ok || with_failures) used.push_back(&o);
-  }
+  const std::vector<const Observation*> used = ModelRows(with_failures);
   const auto n = static_cast<Eigen::Index>(used.size());
   const auto d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
   Eigen::MatrixXd x(n, d);
@@ -219,23 +258,42 @@ void BayesianOptimization::Refit() {
     if (used[static_cast<std::size_t>(i)]->ok)
       best_standardised_ = std::min(best_standardised_, ys(i));
   }
-  gp_.Fit(x, ys, RefitIterations(static_cast<std::size_t>(n), fitted_on_));
+  // A bounded model is refitted as the whole run grows (its rows change).
+  const std::size_t grown = static_cast<std::size_t>(n) < kMaxModelRows
+                                ? static_cast<std::size_t>(n)
+                                : std::max(observations_.size(), kMaxModelRows);
+  gp_.Fit(x, ys, RefitIterations(grown, fitted_on_));
 
   any_failure_ = n_ok < observations_.size() + prior_failures_.size();
   if (!any_failure_) return;
-  const auto all = static_cast<Eigen::Index>(observations_.size() + prior_failures_.size());
+  // The success model sees everything measured and the prior failures, up
+  // to the same bound: then the most recent measurements and at most a
+  // quarter of the bound of prior failures.
+  std::size_t from_prior = prior_failures_.size();
+  std::size_t from_observed = observations_.size();
+  if (from_prior + from_observed > kMaxModelRows) {
+    from_prior = std::min(from_prior, kMaxModelRows / 4);
+    from_observed = std::min(from_observed, kMaxModelRows - from_prior);
+  }
+  const auto all = static_cast<Eigen::Index>(from_observed + from_prior);
   Eigen::MatrixXd xa(all, d);
   Eigen::VectorXd labels(all);
   Eigen::Index row = 0;
-  for (const auto* group : {&observations_, &prior_failures_}) {
-    for (const Observation& o : *group) {
+  auto add_rows = [&](const std::vector<Observation>& group, std::size_t first) {
+    for (std::size_t i = first; i < group.size(); ++i) {
+      const Observation& o = group[i];
       for (Eigen::Index j = 0; j < d; ++j) {
         xa(row, j) = encoder_.dims() == 0 ? 0.0 : o.x[static_cast<std::size_t>(j)];
       }
       labels(row++) = o.ok ? 1.0 : -1.0;
     }
-  }
-  const int f_iterations = RefitIterations(static_cast<std::size_t>(all), feasibility_fitted_on_);
+  };
+  add_rows(observations_, observations_.size() - from_observed);
+  add_rows(prior_failures_, prior_failures_.size() - from_prior);
+  const std::size_t f_grown = static_cast<std::size_t>(all) < kMaxModelRows
+                                  ? static_cast<std::size_t>(all)
+                                  : std::max(observations_.size(), kMaxModelRows);
+  const int f_iterations = RefitIterations(f_grown, feasibility_fitted_on_);
   // A constant mean at the observed rate: where nothing is known, the
   // success probability is the rate seen so far.
   label_mean_ = labels.mean();
@@ -254,6 +312,7 @@ Eigen::VectorXd BayesianOptimization::Feasibility(const Eigen::MatrixXd& xc) con
 std::vector<Config> BayesianOptimization::Candidates() {
   std::size_t n_ok = 0;
   for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
+  n_ok = std::min(n_ok, kMaxModelRows);
   const double per = std::max(1.0, static_cast<double>(n_ok) * static_cast<double>(n_ok));
   const auto affordable = static_cast<std::size_t>(
       std::max<double>(options_.candidates, std::min(20000.0, kPredictionBudget / per)));
@@ -263,7 +322,7 @@ std::vector<Config> BayesianOptimization::Candidates() {
     std::vector<std::uint32_t> keep;
     keep.reserve(unseen_.size());
     for (std::uint32_t i : unseen_) {
-      if (seen_.count(all_[i]) == 0) keep.push_back(i);
+      if (all_seen_[i] == 0) keep.push_back(i);
     }
     unseen_ = std::move(keep);
     if (unseen_.size() <= affordable) {
@@ -299,10 +358,11 @@ struct BayesianOptimization::Pool {
 
 bool BayesianOptimization::AskWithoutModel(std::size_t n, std::vector<Config>& out) {
   auto take = [&](Config c) {
-    seen_.insert(c);
+    MarkSeen(c);
     out.push_back(std::move(c));
   };
   TakeWarm(space_, warm_, seen_, n, out);
+  for (const Config& c : out) MarkSeen(c);
   std::size_t n_ok = 0;
   for (const Observation& o : observations_) n_ok += o.ok ? 1 : 0;
   while (out.size() < n &&
@@ -485,7 +545,7 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
       }
     }
     pool.taken[pick] = true;
-    seen_.insert(pool.configs[pick]);
+    MarkSeen(pool.configs[pick]);
     out.push_back(pool.configs[pick]);
     if (out.size() < n) {
       // Kriging believer: pretend the pick came out at its mean.
@@ -503,7 +563,12 @@ void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
   o.y = o.ok ? std::log(outcome.loss) : 0;
   observations_.push_back(std::move(o));
   observed_configs_.push_back(config);
+  MarkSeen(config);
+}
+
+void BayesianOptimization::MarkSeen(const Config& config) {
   seen_.insert(config);
+  if (auto it = all_index_.find(config); it != all_index_.end()) all_seen_[it->second] = 1;
 }
 
 }  // namespace ktune

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "strategies/common.h"
@@ -98,6 +99,9 @@ class BayesianOptimization final : public Strategy {
   // lacks. A batch is measured without feedback between its picks, so its
   // random picks should spread over each parameter's values.
   std::optional<Config> SpreadPick(const std::vector<Config>& batch);
+  // The observations the time model is conditioned on: every success (and
+  // failure, `with_failures`), or past a bound a subset (see bayes.cc).
+  std::vector<const Observation*> ModelRows(bool with_failures) const;
   void Refit();
   std::vector<Config> Candidates();
   // Success probabilities at the rows of `xc`.
@@ -112,8 +116,14 @@ class BayesianOptimization final : public Strategy {
   std::vector<Observation> observations_;
   std::vector<Config> observed_configs_;  // parallel to observations_
   std::vector<Observation> prior_failures_;
+  // Marks `config` proposed or measured: in seen_, and in all_seen_ when
+  // listed (so a round's candidates need no hashing of the whole list).
+  void MarkSeen(const Config& config);
+
   std::vector<Config> all_;            // every valid configuration, when few enough
   std::vector<std::uint32_t> unseen_;  // indices into all_
+  std::unordered_map<Config, std::uint32_t, ConfigHash> all_index_;  // all_'s, by configuration
+  std::vector<char> all_seen_;         // parallel to all_: in seen_
   GaussianProcess gp_;
   // The success model: a second process on +1 (ok) / -1 (failed) labels
   // over every observation, with its own length scales (failing regions

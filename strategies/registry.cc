@@ -82,15 +82,18 @@ absl::Status CheckRange(std::string_view strategy, const OptionSpec& spec, const
 
 }  // namespace
 
-std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations, bool warm) {
-  // Exhaustive when the budget covers the whole space. Otherwise, with a
-  // warm start, local search from the best configurations known elsewhere
-  // (the strongest start on the recorded spaces of one kernel on another
-  // GPU); without one, Bayesian optimisation, the strongest strategy from
-  // scratch.
+std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations, bool warm,
+                                bool time_limited) {
+  // Exhaustive when the budget covers the whole space, or when the job has
+  // no budget at all (it asked for everything). A time budget alone may end
+  // anywhere in the space, so the search goes to the promising part first.
+  // Otherwise, with a warm start, local search from the best
+  // configurations known elsewhere (the strongest start on the recorded
+  // spaces of one kernel on another GPU); without one, Bayesian
+  // optimisation, the strongest strategy from scratch.
   const SpaceCount count = space.Count();
-  if (max_evaluations <= 0 ||
-      (count.exact && count.count <= static_cast<Uint128>(max_evaluations))) {
+  if (max_evaluations <= 0 && !time_limited) return "brute_force";
+  if (max_evaluations > 0 && count.exact && count.count <= static_cast<Uint128>(max_evaluations)) {
     return "brute_force";
   }
   return warm ? "local" : "bayes";
@@ -110,7 +113,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                                                "' (name the strategy to set its options)"));
     }
     return MakeStrategy(
-        ResolveAutoStrategy(space, options.max_evaluations, HasWarmStart(space, options)), space,
+        ResolveAutoStrategy(space, options.max_evaluations, HasWarmStart(space, options),
+                            options.time_limited),
+        space,
         options);
   }
   // Options: each strategy takes its own numbers.

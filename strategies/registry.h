@@ -21,6 +21,10 @@ struct StrategyOptions {
   std::uint64_t seed = 0;
   // The evaluation budget of the run (0: none), for strategies that plan.
   std::int64_t max_evaluations = 0;
+  // Whether the run stops after a time budget (a job's max_time): then
+  // "auto" searches rather than listing the space in order, which the time
+  // may not cover.
+  bool time_limited = false;
   // Strategy-specific settings from the job spec.
   std::map<std::string, std::string> settings;
   // Outcomes of this kernel's configurations measured elsewhere (another
@@ -42,10 +46,11 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                                                        const StrategyOptions& options);
 
 // What "auto" resolves to for this space and budget, with or without a
-// warm start: brute_force when the budget covers the space, else local
-// with a warm start, else bayes.
+// warm start: brute_force when the evaluation budget covers the space, or
+// when there is no budget at all (neither evaluations nor time); else
+// local with a warm start, else bayes.
 std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations,
-                                bool warm = false);
+                                bool warm = false, bool time_limited = false);
 
 // Whether `options.prior` holds a successful configuration of `space`.
 bool HasWarmStart(const Space& space, const StrategyOptions& options);

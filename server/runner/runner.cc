@@ -77,7 +77,9 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
   if (locator.empty()) return absl::InvalidArgumentError("empty device locator");
 #ifdef KTUNE_HAVE_CUDA
   const WorkerProgram program{options.worker_program};
-  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(program);
+  // The worker that lists the GPUs goes on to open the chosen one.
+  std::optional<Subprocess> lister;
+  absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(program, &lister);
   if (!gpus.ok()) return gpus.status();
   absl::StatusOr<v1::WorkerDeviceInfo> gpu = SelectCudaDevice(*gpus, locator);
   if (!gpu.ok()) return gpu.status();
@@ -86,7 +88,7 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
   o.compile_workers = options.compile_workers;
   o.cache_dir = CompileCache::DefaultDir();
   o.shared_pool = options.compile_pool;
-  absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, o);
+  absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open(*gpu, o, std::move(lister));
   if (!d.ok()) return d.status();
   return std::unique_ptr<Device>(*std::move(d));
 #else
@@ -166,6 +168,7 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
   StrategyOptions options;
   options.seed = job.seed;
   options.max_evaluations = job.max_evaluations;
+  options.time_limited = job.max_time.count() > 0;
   options.settings = job.strategy_settings;
   BuiltStrategy out;
   if (store != nullptr && job.warm_start) {
@@ -175,9 +178,10 @@ absl::StatusOr<BuiltStrategy> BuildStrategy(const Job& job, Store* store,
     out.warm_configurations = warm->prior.size();
     options.prior = std::move(warm->prior);
   }
-  out.resolved = job.strategy == "auto" ? ResolveAutoStrategy(*job.space, job.max_evaluations,
-                                                              HasWarmStart(*job.space, options))
-                                        : job.strategy;
+  out.resolved = job.strategy == "auto"
+                     ? ResolveAutoStrategy(*job.space, job.max_evaluations,
+                                           HasWarmStart(*job.space, options), options.time_limited)
+                     : job.strategy;
   absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(job.strategy, *job.space, options);
   if (!s.ok()) return s.status();
   out.strategy = *std::move(s);

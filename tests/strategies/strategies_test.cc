@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "strategies/bayes.h"
 #include "strategies/brute_force.h"
 #include "strategies/random_search.h"
 #include "strategies/registry.h"
@@ -107,6 +108,22 @@ TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
   EXPECT_EQ(ResolveAutoStrategy(space, n - 1), "bayes");
   EXPECT_EQ(ResolveAutoStrategy(space, n - 1, /*warm=*/true), "local");
   EXPECT_EQ(ResolveAutoStrategy(space, n, /*warm=*/true), "brute_force");
+}
+
+// A time budget alone may end anywhere in the space: auto searches the
+// promising part first instead of listing the space in order (a 5-minute
+// job on a 10^5-configuration space was brute force in enumeration order).
+TEST(RegistryTest, AutoSearchesUnderATimeBudgetAlone) {
+  const Space space = SmallSpace();
+  const auto n = static_cast<std::int64_t>(space.Count().count);
+  EXPECT_EQ(ResolveAutoStrategy(space, 0, false, /*time_limited=*/true), "bayes");
+  EXPECT_EQ(ResolveAutoStrategy(space, 0, /*warm=*/true, /*time_limited=*/true), "local");
+  EXPECT_EQ(ResolveAutoStrategy(space, n, false, /*time_limited=*/true), "brute_force");
+  StrategyOptions timed;
+  timed.time_limited = true;
+  absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy("auto", space, timed);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_NE(dynamic_cast<BayesianOptimization*>(s->get()), nullptr);
 }
 
 }  // namespace
