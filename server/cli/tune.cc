@@ -17,6 +17,7 @@
 #include "server/cli/command.h"
 #include "server/cli/progress_line.h"
 #include "server/cli/remote.h"
+#include "server/cli/startup_timings.h"
 #include "server/common/convert.h"
 #include "server/runner/job_run.h"
 #include "server/runner/runner.h"
@@ -58,6 +59,9 @@ const CommandSpec kTuneCommand{
          {"seed", "N", "seed of the strategy (default 0)"},
          {"sim-speed", "X", "replay a simulated device in real time, X times faster than recorded"},
          {"compile-workers", "N", "NVRTC worker processes (default: one per core)"},
+         {"timings", "",
+          "with --local: print when each step of the start was done (the GPU listed and "
+          "opening, the job bound, the store opened, the first measurement stored)"},
          {"wait", "", "with --server: follow the job to its end and print the result"},
          {"emit-header", "FILE", "write the best configuration as a C/C++ header (implies --wait)"},
          {"header-style", "STYLE", "define (default: #define name value) or constexpr"},
@@ -181,6 +185,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
                    "give --local to run here, or --server ADDR to send the job to a ktuned "
                    "daemon"};
   }
+  const StartupTimings timings(args.Has("timings"));
   for (const char* remote_only : {"wait", "priority", "client"}) {
     if (args.Has(remote_only)) {
       return Failure{kExitInvalidInput, StrCat("--", remote_only, ": only with --server")};
@@ -193,6 +198,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
   std::optional<Failure> failure;
   absl::StatusOr<std::unique_ptr<Device>> device = DeviceFromArgs(args, spec, base_dir, &failure);
   if (!device.ok()) return failure;
+  timings.Mark("device listed and opening");
 
   // 2. The job, planned and bound to the device (for a GPU: worker,
   // arguments, reference), before anything is stored.
@@ -204,6 +210,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
   if (absl::Status s = run->Bind(**device); !s.ok()) {
     return s.code() == absl::StatusCode::kInvalidArgument ? InvalidInput(s) : Error(s);
   }
+  timings.Mark("job planned and bound to the device");
 
   // 3. The store: opened only now, after all input was checked.
   const std::string db_path = args.Get("db").value_or(DefaultDbPath());
@@ -214,6 +221,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
     }
     return Error(store.status());
   }
+  timings.Mark("store opened");
 
   // 4. Run.
   const Job& job = run->job();
@@ -224,6 +232,11 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
   SessionOptions so;
   so.stop = &g_stop;
   so.on_progress = [&line](const Progress& p) { line.Update(p); };
+  bool first_stored = false;
+  so.on_measurement = [&](const StoredMeasurement&) {
+    if (!first_stored) timings.Mark("first measurement stored");
+    first_stored = true;
+  };
   absl::StatusOr<JobRunResult> result =
       run->Run(**device, **store, so, [&](const JobRunResult& start) {
         if (start.warm_configurations > 0) {
@@ -237,6 +250,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
             StrCat(count.exact ? "" : "~", static_cast<std::uint64_t>(count.count)).c_str());
       });
   line.Finish();
+  timings.Mark("job ended");
   if (!result.ok()) return Error(result.status());
   ReportLocalRun(args, job, (*device)->info(), *result);
   *exit_code = result->session.end_reason == "interrupted" ? kExitError : kExitOk;
@@ -244,6 +258,9 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
 }
 
 std::optional<Failure> RemoteTune(const Connection& c, const Args& args, int* exit_code) {
+  if (args.Has("timings")) {
+    return Failure{kExitInvalidInput, "--timings: only with --local (a daemon's GPU is open already)"};
+  }
   v1::JobSpec spec;
   if (!args.positional().empty()) {
     const std::string& path = args.positional()[0];

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +25,7 @@
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/json.h"
 #include "tuner/base/sha256.h"
+#include "tuner/base/strings.h"
 #include "tuner/store/sqlite.h"
 #include "tuner/store/store.h"
 
@@ -194,6 +196,35 @@ TEST_F(CliTest, SeededRandomRunsAreReproducible) {
   EXPECT_EQ(a.second, b.second);
   EXPECT_EQ(a.second.size(), 60u);
   EXPECT_NE(a.second, c.second);
+}
+
+// --timings: each step of a local job's start, in order, with its time
+// since the process started; refused for a daemon's job.
+TEST_F(CliTest, TimingsSayWhenEachStepOfTheStartWasDone) {
+  const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
+  const RunResult r = Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--timings",
+                           "--db", Db()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<double> at;
+  std::size_t from = 0;
+  for (const char* step : {"device listed and opening", "job planned and bound to the device",
+                           "store opened", "first measurement stored", "job ended"}) {
+    const std::string line = StrCat("ktune: timings: ", step, " at ");
+    const std::size_t found = r.err.find(line, from);
+    ASSERT_NE(found, std::string::npos) << step << " missing or out of order in:\n" << r.err;
+    from = found + line.size();
+    at.push_back(std::stod(r.err.substr(from)));
+    const std::string unit = " ms after the process started\n";
+    EXPECT_EQ(r.err.substr(r.err.find(' ', from), unit.size()), unit) << r.err;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << r.err;
+  EXPECT_GE(at.front(), 0);
+  EXPECT_EQ(Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--db", Db()}).err.find(
+                "timings"),
+            std::string::npos);
+  const RunResult remote = Run({"--server", "127.0.0.1:1", "tune", "--timings"});
+  EXPECT_EQ(remote.code, 2);
+  EXPECT_THAT(remote.err, HasSubstr("--timings: only with --local"));
 }
 
 TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {

@@ -9,10 +9,14 @@
 #include <stdlib.h>
 
 #include <map>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <memory>
 #include <string>
 
 #include "strategies/registry.h"
+#include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
@@ -20,6 +24,8 @@
 
 namespace ktune {
 namespace {
+
+using testing::Slurp;
 
 using ::testing::HasSubstr;
 
@@ -49,10 +55,15 @@ class CudaDeviceTest : public ::testing::Test {
     unsetenv("KTUNE_LOCK_DIR");
   }
 
-  void OpenDevice(std::chrono::milliseconds compile_timeout = std::chrono::seconds(120)) {
+  // With `adopt`, the worker that lists the GPUs goes on to open the one
+  // chosen, as ktune tune --local does.
+  void OpenDevice(std::chrono::milliseconds compile_timeout = std::chrono::seconds(120),
+                  bool adopt = false) {
     device_.reset();
     const WorkerProgram fake{FAKE_WORKER_PATH};
-    absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(fake);
+    std::optional<Subprocess> lister;
+    absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
+        ListCudaDevices(fake, adopt ? &lister : nullptr);
     ASSERT_TRUE(gpus.ok()) << gpus.status();
     ASSERT_EQ(gpus->size(), 1u);
     CudaDeviceOptions o;
@@ -61,7 +72,7 @@ class CudaDeviceTest : public ::testing::Test {
     o.compile_timeout = compile_timeout;
     o.cache_dir = tmp_.File("cubin");
     o.watchdog_slack = std::chrono::milliseconds(100);
-    absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open((*gpus)[0], o);
+    absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open((*gpus)[0], o, std::move(lister));
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *std::move(d);
   }
@@ -147,6 +158,29 @@ TEST_F(CudaDeviceTest, ACompilerKilledOrHungMidCompileCostsOnlyItsCandidate) {
   by_key = RunJob("again.db");
   EXPECT_TRUE(by_key["64"].ok()) << by_key["64"].message;
   EXPECT_TRUE(by_key["128"].ok()) << by_key["128"].message;
+}
+
+// The worker that listed the GPUs opens the one chosen and measures on it:
+// one process start (and one driver initialisation) fewer before the first
+// measurement. Without it, the lister ends and a second worker opens the GPU.
+TEST_F(CudaDeviceTest, TheWorkerThatListsTheGpusGoesOnToMeasure) {
+  unsetenv("KTUNE_FAKE_WORKER");  // every candidate ok: no worker restarts
+  for (const bool adopt : {true, false}) {
+    SCOPED_TRACE(adopt ? "adopted" : "not adopted");
+    const std::string log = tmp_.File(adopt ? "adopted.log" : "fresh.log");
+    setenv("KTUNE_FAKE_WORKER_LOG", log.c_str(), 1);
+    OpenDevice(std::chrono::seconds(120), adopt);
+    const std::map<std::string, Measurement> by_key = RunJob(adopt ? "a.db" : "b.db");
+    unsetenv("KTUNE_FAKE_WORKER_LOG");
+    ASSERT_TRUE(by_key.at("32").ok()) << by_key.at("32").message;
+    std::map<std::string, std::set<std::string>> pids;  // request -> processes
+    std::istringstream lines(Slurp(log));
+    std::string pid, kind;
+    while (lines >> pid >> kind) pids[kind].insert(pid);
+    ASSERT_EQ(pids["list"].size(), 1u);
+    ASSERT_EQ(pids["candidate"].size(), 1u);
+    EXPECT_EQ(pids["list"] == pids["candidate"], adopt);
+  }
 }
 
 TEST_F(CudaDeviceTest, TheFakeGpuIsListedAndSelected) {

@@ -20,10 +20,15 @@
 //
 //   die    killed mid-compile (SIGKILL once the request is in)
 //   hang   never answers (until killed)
+//
+// With KTUNE_FAKE_WORKER_LOG=FILE each measurement worker appends a line
+// "PID REQUEST" to FILE for each request it takes (list, open, setup,
+// candidate): which process served what.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <string>
 #include <string_view>
@@ -79,6 +84,13 @@ int RunFakeMeasureWorker() {
     if (!channel.Receive(&request).ok()) return 0;
     v1::WorkerResponse response;
     bool exit_after = false;
+    if (const char* log = std::getenv("KTUNE_FAKE_WORKER_LOG"); log != nullptr) {
+      const char* kind = request.has_list_devices() ? "list"
+                         : request.has_init_device() ? "open"
+                         : request.has_setup()       ? "setup"
+                                                     : "candidate";
+      std::ofstream(log, std::ios::app) << getpid() << " " << kind << "\n";
+    }
     if (request.has_list_devices()) {
       *response.mutable_devices() = Devices();
     } else if (request.has_init_device() || request.has_setup()) {

@@ -25,7 +25,8 @@ std::string Lower(std::string s) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerProgram& program) {
+absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerProgram& program,
+                                                                   std::optional<Subprocess>* keep) {
   absl::StatusOr<Subprocess> worker = Subprocess::Start(program.Argv("measure"));
   if (!worker.ok()) return worker.status();
   v1::WorkerRequest req;
@@ -40,6 +41,7 @@ absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerPr
   if (!resp.devices().error().empty()) {
     return absl::FailedPreconditionError(resp.devices().error());
   }
+  if (keep != nullptr) keep->emplace(*std::move(worker));
   return std::vector<v1::WorkerDeviceInfo>(resp.devices().devices().begin(),
                                            resp.devices().devices().end());
 }
@@ -70,7 +72,8 @@ absl::StatusOr<v1::WorkerDeviceInfo> SelectCudaDevice(
 }
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDeviceInfo& gpu,
-                                                             const CudaDeviceOptions& options) {
+                                                             const CudaDeviceOptions& options,
+                                                             std::optional<Subprocess> worker) {
   std::unique_ptr<CudaDevice> d(new CudaDevice());
   d->gpu_ = gpu;
   d->options_ = options;
@@ -110,7 +113,7 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   // The worker opens the GPU now (the slow part: the context), ahead of
   // any job.
   d->worker_ = std::make_unique<WorkerClient>(options.program, gpu.ordinal());
-  KTUNE_RETURN_IF_ERROR(d->worker_->Start());
+  KTUNE_RETURN_IF_ERROR(d->worker_->Start(std::move(worker)));
   return d;
 }
 

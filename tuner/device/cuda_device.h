@@ -28,8 +28,13 @@ namespace ktune {
 
 // The GPUs this machine has, asked of a short-lived measurement worker
 // (so the caller never loads the driver). FAILED_PRECONDITION with a plain
-// message when there is no driver or no GPU.
-absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerProgram& program);
+// message when there is no driver or no GPU. With `keep`, the worker is
+// left running in *keep after a successful answer, for the device opened
+// next to adopt (CudaDevice::Open's `worker`): its driver is initialised
+// already, so opening the GPU saves a process start and that
+// initialisation. Otherwise the worker ends with the call.
+absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(
+    const WorkerProgram& program, std::optional<Subprocess>* keep = nullptr);
 
 // Which GPU a selector names: "0", "cuda:0" or a UUID (or a unique prefix
 // of one). INVALID_ARGUMENT if none or several match.
@@ -65,8 +70,12 @@ struct CudaDeviceStats {
 // Not thread-safe (one session drives it).
 class CudaDevice final : public Device {
  public:
-  static absl::StatusOr<std::unique_ptr<CudaDevice>> Open(const v1::WorkerDeviceInfo& gpu,
-                                                          const CudaDeviceOptions& options);
+  // Starts the device's compile pool (unless it shares one) and its
+  // measurement worker, which opens the GPU in the background: `worker`, a
+  // running measurement worker kept by ListCudaDevices, or a new one.
+  static absl::StatusOr<std::unique_ptr<CudaDevice>> Open(
+      const v1::WorkerDeviceInfo& gpu, const CudaDeviceOptions& options,
+      std::optional<Subprocess> worker = std::nullopt);
   ~CudaDevice() override;
 
   const DeviceInfo& info() const override { return info_; }

@@ -15,9 +15,13 @@ double Seconds(Millis m) { return m.count() / 1e3; }
 
 }  // namespace
 
-absl::Status WorkerClient::Start() {
-  KTUNE_ASSIGN_OR_RETURN(Subprocess started, Subprocess::Start(program_.Argv("measure")));
-  worker_.emplace(std::move(started));
+absl::Status WorkerClient::Start(std::optional<Subprocess> running) {
+  if (running.has_value() && !running->Poll().has_value()) {
+    worker_.emplace(*std::move(running));
+  } else {
+    KTUNE_ASSIGN_OR_RETURN(Subprocess started, Subprocess::Start(program_.Argv("measure")));
+    worker_.emplace(std::move(started));
+  }
   ready_ = false;
   outstanding_ = 0;
   if (bound_ && ++starts_ > 1) ++restarts_;

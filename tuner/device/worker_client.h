@@ -40,7 +40,11 @@ class WorkerClient {
       : program_(std::move(program)), ordinal_(ordinal) {}
 
   // Starts a worker now (it opens the GPU, the slow part), without waiting.
-  absl::Status Start();
+  // With `running`, a measurement worker already started (one that listed
+  // the GPUs, so the driver is loaded and initialised in it) is asked to
+  // open the GPU instead of a new process: that saves a process start and
+  // the driver's initialisation. Later restarts start new processes.
+  absl::Status Start(std::optional<Subprocess> running = std::nullopt);
   // Waits until the worker has opened the GPU (and set up a bound job).
   absl::Status WaitUntilOpen();
 
