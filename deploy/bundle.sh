@@ -2,7 +2,8 @@
 # Makes a relocatable bundle of ktune: the binaries and every shared library
 # they need except the C library family, libstdc++/libgcc_s (a newer system
 # has newer ones), the CUDA driver and NVRTC (taken from the machine it runs
-# on: ktune loads them at run time). This is how ktune runs on GPU nodes
+# on: ktune loads them at run time), and the CUDA runtime and cuBLAS that
+# only cublas_bench links (the GPU machine's toolkit has them). This is how ktune runs on GPU nodes
 # without the development packages.
 #
 #   deploy/bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build/default bundle)
@@ -19,7 +20,7 @@ bins=("$build/server/ktune")
 [ -x "$build/server/ktuned" ] && bins+=("$build/server/ktuned")
 for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench" \
   "$build/bench/concurrency_bench" "$build/bench/daemon_bench" "$build/bench/client_bench" \
-  "$build/bench/compile_bench" "$build/bench/energy_probe"; do
+  "$build/bench/compile_bench" "$build/bench/energy_probe" "$build/bench/cublas_bench"; do
   [ -x "$extra" ] && bins+=("$extra")
 done
 cp "${bins[@]}" "$out/bin/"
@@ -31,7 +32,7 @@ for b in "${bins[@]}"; do ldd "$b"; done |
   while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|ld-linux*|\
-      libstdc++.so*|libgcc_s.so*|libcuda.so*|libnvrtc*|libnvidia-ml*) ;;
+      libstdc++.so*|libgcc_s.so*|libcuda.so*|libnvrtc*|libnvidia-ml*|libcublas*|libcudart*) ;;
       *)
         # A library that cannot be copied fails the bundle (set -e); one
         # that cannot be stripped is kept as it is.

@@ -15,6 +15,7 @@
 #include "tuner/cuda/fill.h"
 #include "tuner/measure/helper_kernels.h"
 #include "tuner/measure/measure_worker.h"
+#include "tuner/base/rng.h"
 #include "tuner/session/job.h"
 
 namespace ktune {
@@ -250,6 +251,44 @@ TEST(KernelLibraryTest, EveryConfigurationCompiles) {
     }
   }
   EXPECT_GT(checked, 50);
+}
+
+// The large SGEMM space is sampled (it has 159,516 configurations): every
+// sampled one compiles, among them every pipeline depth, vector width and
+// split; the other kernels of the library are above.
+TEST(KernelLibraryTest, SampledConfigurationsOfTheLargeSgemmCompile) {
+  SKIP_WITHOUT_NVRTC();
+  const std::string dir = std::string(KTUNE_SOURCE_DIR) + "/kernels";
+  const testing::TempDir tmp;
+  absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(PoolOptions(tmp.path()));
+  ASSERT_TRUE(pool.ok());
+  for (const char* name : {"sgemm_large", "convolution_cmem"}) {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(dir + "/" + name + ".json");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    absl::StatusOr<Job> job = ResolveJob(*spec, dir);
+    ASSERT_TRUE(job.ok()) << job.status();
+    if (std::string(name) == "sgemm_large") {
+      const SpaceCount count = job->space->Count();
+      EXPECT_TRUE(count.exact);
+      EXPECT_EQ(static_cast<std::uint64_t>(count.count), 159516u);
+    }
+    Rng rng(7);
+    std::set<std::string> seen;
+    std::vector<std::pair<std::string, std::shared_future<v1::CompileResult>>> futures;
+    while (futures.size() < 10) {
+      std::optional<Config> c = job->space->Sample(rng);
+      ASSERT_TRUE(c.has_value());
+      if (!seen.insert(job->space->Key(*c)).second) continue;
+      futures.emplace_back(job->space->Key(*c),
+                           (*pool)->Submit(BuildCompileRequest(job->spec, job->source, dir,
+                                                               *job->space, *c, "sm_90")));
+    }
+    for (auto& [key, f] : futures) {
+      const v1::CompileResult& r = f.get();
+      ASSERT_TRUE(r.error().empty()) << r.error();
+      EXPECT_TRUE(r.ok()) << name << " " << key << "\n" << r.log();
+    }
+  }
 }
 
 TEST(NvrtcTest, TheMeasurementWorkersOwnKernelsCompile) {
