@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include "absl/status/status.h"
 #include "server/cli/command.h"
@@ -47,6 +48,11 @@ const CommandSpec kEvaluateCommand{
       "stop each run at the short budget: the short score only, ten times faster"},
      {"warm-from", "sim:FILE",
       "warm-start every run from this recording of the same kernel (another GPU)"},
+     {"max-seconds", "S",
+      "compare under a time budget instead: each run stops once its candidates' recorded "
+      "time (compilation included) reaches S seconds; prints each strategy's median, best and "
+      "worst final time over the repeats and, seed by seed, which of two strategies ended "
+      "faster"},
      {"html", "FILE",
       "also write the comparison as one HTML file: the scores and, per space, each "
       "strategy's mean best-so-far curve beside random search's"},
@@ -153,14 +159,29 @@ class EvaluationPage {
     r.Set("shortScore", sc.short_score);
     r.Set("longScore", sc.long_score);  // NaN (short runs only) is written as null
     r.Set("curve", CurvePoints(sc.mean_curve));
+    if (!sc.time_curve.empty()) {
+      Json curve = Json::MakeArray();
+      for (const auto& [t, v] : sc.time_curve) {
+        Json p = Json::MakeArray();
+        p.Push(t);
+        p.Push(v);
+        curve.Push(std::move(p));
+      }
+      Json best = Json::MakeArray();
+      for (double v : sc.final_best) best.Push(v);
+      r.Set("timeCurve", std::move(curve));
+      r.Set("finalBest", std::move(best));
+    }
     for (auto& [key, value] : space.as_object()) {
       if (key == "results") value.Push(std::move(r));
     }
   }
+  // `time_budget_s` > 0: the runs had that budget of recorded time.
   std::optional<Failure> Write(const std::string& path, const std::vector<std::string>& strategies,
-                               Json averages, int repeats) {
+                               Json averages, int repeats, double time_budget_s = 0) {
     Json data = Json::MakeObject();
     data.Set("kind", "evaluation");
+    if (time_budget_s > 0) data.Set("timeBudget", time_budget_s);
     Json names = Json::MakeArray();
     for (const std::string& s : strategies) names.Push(s);
     data.Set("strategies", std::move(names));
@@ -179,6 +200,67 @@ class EvaluationPage {
   Json spaces_ = Json::MakeArray();
   const ScoreBaseline* baseline_ = nullptr;
 };
+
+double MedianOf(std::vector<double> v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One space's comparison under a time budget: a row per strategy (median,
+// best and worst final time over the repeats, the median fraction of the
+// optimum and of evaluations), then each pair of strategies seed by seed.
+void PrintTimedSpace(const std::string& label, const ScoreBaseline& baseline, double seconds,
+                     const std::vector<StrategyScore>& scores) {
+  std::printf("%s: optimum %.4f ms, %g s of recorded time per run\n", label.c_str(),
+              baseline.optimum(), seconds);
+  std::printf("  %-12s %11s %11s %11s %9s %9s %9s\n", "STRATEGY", "MEDIAN MS", "BEST MS",
+              "WORST MS", "OPTIMUM/", "EVALS", "MS/PROP");
+  for (const StrategyScore& sc : scores) {
+    std::vector<double> evals(sc.final_evaluations.begin(), sc.final_evaluations.end());
+    const double median = MedianOf(sc.final_best);
+    std::printf("  %-12s %11.4f %11.4f %11.4f %9.3f %9.0f %9.3f\n", sc.strategy.c_str(), median,
+                *std::min_element(sc.final_best.begin(), sc.final_best.end()),
+                *std::max_element(sc.final_best.begin(), sc.final_best.end()),
+                baseline.optimum() / median, MedianOf(evals), sc.time_per_proposal.count());
+  }
+  for (std::size_t a = 0; a < scores.size(); ++a) {
+    for (std::size_t b = a + 1; b < scores.size(); ++b) {
+      int faster = 0, slower = 0;
+      for (std::size_t r = 0; r < scores[a].final_best.size(); ++r) {
+        faster += scores[a].final_best[r] < scores[b].final_best[r];
+        slower += scores[a].final_best[r] > scores[b].final_best[r];
+      }
+      const auto n = static_cast<int>(scores[a].final_best.size());
+      std::printf("  %s against %s, seed by seed: faster in %d, slower in %d, equal in %d of %d\n",
+                  scores[a].strategy.c_str(), scores[b].strategy.c_str(), faster, slower,
+                  n - faster - slower, n);
+    }
+  }
+  std::fflush(stdout);
+}
+
+// A time-budget result in --json: the per-repeat figures and the curve.
+Json TimedResultJson(const StrategyScore& sc) {
+  Json r = Json::MakeObject();
+  r.Set("strategy", sc.strategy);
+  Json best = Json::MakeArray(), evals = Json::MakeArray(), curve = Json::MakeArray();
+  for (double v : sc.final_best) best.Push(v);
+  for (std::int64_t v : sc.final_evaluations) evals.Push(v);
+  for (const auto& [t, v] : sc.time_curve) {
+    Json p = Json::MakeArray();
+    p.Push(t);
+    p.Push(v);
+    curve.Push(std::move(p));
+  }
+  r.Set("median_final_ms", MedianOf(sc.final_best));
+  r.Set("final_best_ms", std::move(best));
+  r.Set("final_evaluations", std::move(evals));
+  r.Set("time_curve", std::move(curve));
+  r.Set("ms_per_proposal", sc.time_per_proposal.count());
+  return r;
+}
 
 // What evaluate runs: the recordings, the strategies with their settings,
 // the options, and a recording to warm-start from.
@@ -222,6 +304,14 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   options.batch = static_cast<int>(batch->value_or(1));
   options.seed = seed->value_or(0);
   options.short_only = args.Has("short-only");
+  absl::StatusOr<std::optional<double>> seconds = args.GetDouble("max-seconds", 1e-3);
+  if (!seconds.ok()) return InvalidInput(seconds.status());
+  if (seconds->has_value()) {
+    if (options.short_only) {
+      return Failure{kExitInvalidInput, "--max-seconds and --short-only: give one budget"};
+    }
+    options.max_recorded_time = Millis(**seconds * 1e3);
+  }
 
   std::vector<RecordedSpace>& recordings = plan.recordings;
   for (const std::string& d : devices) {
@@ -273,7 +363,9 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   const bool json = args.Has("json");
   EvaluateProgress progress(recordings.size(), strategies.size(), options.repeats);
   EvaluationPage page;
-  if (!json) {
+  const bool timed = options.max_recorded_time.count() > 0;
+  const double seconds = options.max_recorded_time.count() / 1e3;
+  if (!json && !timed) {
     std::printf("%-44s %-12s %7s %7s %6s %6s %6s %6s %9s\n", "SPACE (short/long budget)",
                 "STRATEGY", "SHORT", "LONG", "@20", "@50", "@100", "@200", "MS/PROP");
   }
@@ -287,6 +379,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     space.Set("short_budget", baseline.short_budget());
     space.Set("long_budget", baseline.long_budget());
     Json results = Json::MakeArray();
+    std::vector<StrategyScore> timed_scores;
     std::vector<std::pair<Config, Outcome>> prior;
     if (warm) {
       absl::StatusOr<Space> target = rs.ToSpace();
@@ -302,7 +395,11 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         StrategyOptions so;
         so.prior = prior;
         so.seed = s;
-        so.max_evaluations = baseline.long_budget();
+        if (options.max_recorded_time.count() > 0) {
+          so.time_limited = true;
+        } else {
+          so.max_evaluations = baseline.long_budget();
+        }
         so.settings = parsed.at(name).options;
         return MakeStrategy(parsed.at(name).name, sp, so);
       };
@@ -312,6 +409,11 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       progress.Finish();
       if (!sc.ok()) return Error(sc.status());
       page.AddResult(*sc);
+      if (timed) {
+        if (json) results.Push(TimedResultJson(*sc));
+        timed_scores.push_back(*std::move(sc));
+        continue;
+      }
       short_scores[name].push_back(sc->short_score);
       long_scores[name].push_back(sc->long_score);
       if (json) {
@@ -340,8 +442,24 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         std::fflush(stdout);
       }
     }
+    if (timed && !json) PrintTimedSpace(label, baseline, seconds, timed_scores);
     space.Set("results", std::move(results));
     spaces.Push(std::move(space));
+  }
+  if (timed) {
+    if (auto html = args.Get("html")) {
+      if (auto f = page.Write(*html, strategies, Json::MakeArray(), options.repeats, seconds)) {
+        return f;
+      }
+    }
+    if (json) {
+      out.Set("spaces", std::move(spaces));
+      out.Set("repeats", options.repeats);
+      out.Set("max_seconds", seconds);
+      std::cout << out.Dump() << "\n";
+    }
+    *exit_code = kExitOk;
+    return std::nullopt;
   }
   auto mean = [](const std::vector<double>& v) {
     double s = 0;

@@ -583,7 +583,49 @@
 
   // --- a strategy comparison (ktune evaluate --html) -------------------
 
+  // Under a time budget (ktune evaluate --max-seconds): each strategy's
+  // median final time and its range over the repeats, and the mean best so
+  // far against recorded seconds.
+  function showTimedEvaluation(data) {
+    const main = frame('Strategies compared under ' + data.timeBudget + ' s of recorded time', 'report');
+    const strategies = data.strategies || [];
+    const color = (i) => STRATEGY_COLORS[i % STRATEGY_COLORS.length];
+    const median = (v) => { const s = [...v].sort((a, b) => a - b); const n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+    const ms = (v) => v.toFixed(4) + ' ms';
+    const head = el('tr', {}, el('th', { text: 'space' }), strategies.map((s) => el('th', { class: 'num', text: s + ': median (best to worst)' })));
+    const body = el('tbody', {});
+    for (const sp of data.spaces) {
+      body.append(el('tr', {}, el('td', { class: 'key', text: sp.name + ' (optimum ' + ms(sp.optimum) + ')' }),
+        sp.results.map((r) => el('td', { class: 'num', text: ms(median(r.finalBest)) + ' (' + ms(Math.min(...r.finalBest)) + ' to ' + ms(Math.max(...r.finalBest)) + ')' }))));
+    }
+    main.append(el('div', { class: 'panel' }, el('h2', { text: 'Final best time over ' + data.repeats + ' repeats' }), el('table', {}, el('thead', {}, head), body)));
+    const grid = el('div', { class: 'grid' });
+    main.append(grid);
+    data.spaces.forEach((sp, k) => {
+      const p = chartPanel(sp.name, 'space-' + k);
+      grid.append(p.panel);
+      const datasets = sp.results.map((r, i) => ({
+        label: r.strategy, data: r.timeCurve.map(([x, y]) => ({ x, y })), borderColor: color(i), pointRadius: 0, borderWidth: 2,
+      }));
+      datasets.push({ label: 'optimum', data: [{ x: 0, y: sp.optimum }, { x: Math.max(...sp.results.map((r) => r.timeCurve[r.timeCurve.length - 1][0])), y: sp.optimum }], borderColor: '#2b8a3e', borderDash: [2, 2], pointRadius: 0, borderWidth: 1 });
+      makeChart('space' + k, p.canvas, {
+        type: 'line',
+        data: { datasets },
+        options: {
+          parsing: false,
+          scales: { x: { type: 'linear', min: 0, title: { display: true, text: 'recorded seconds (compilation included)' } }, y: { type: 'linear', min: sp.optimum * 0.99, max: sp.optimum * 1.3, title: { display: true, text: 'mean best so far (ms; to 1.3x the optimum)' } } },
+          plugins: { legend: { labels: { boxWidth: 10 } } },
+        },
+      });
+    });
+    main.append(el('footer', { text: 'Written by ktune evaluate --max-seconds --html. Curves are the mean best-so-far time over the repeats against the recorded time their candidates took.' }));
+  }
+
   function showEvaluation(data) {
+    if (data.timeBudget) {
+      showTimedEvaluation(data);
+      return;
+    }
     const main = frame('Strategies compared', 'report');
     const strategies = data.strategies || [];
     const color = (i) => STRATEGY_COLORS[i % STRATEGY_COLORS.length];

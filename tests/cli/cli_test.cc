@@ -227,6 +227,30 @@ TEST_F(CliTest, TimingsSayWhenEachStepOfTheStartWasDone) {
   EXPECT_THAT(remote.err, HasSubstr("--timings: only with --local"));
 }
 
+// --max-seconds compares strategies under a time budget of recorded time:
+// a row per strategy, each pair seed by seed, the per-repeat figures in
+// --json.
+TEST_F(CliTest, EvaluateUnderATimeBudgetComparesFinalTimesSeedBySeed) {
+  const std::string cache = "sim:" + kRecorded + "sgemm_large_H200.json.gz";
+  const RunResult text = Run({"evaluate", "--device", cache, "--strategy", "random,genetic",
+                              "--repeats", "3", "--max-seconds", "20"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("20 s of recorded time per run"));
+  EXPECT_THAT(text.out, HasSubstr("MEDIAN MS"));
+  EXPECT_THAT(text.out, HasSubstr("random against genetic, seed by seed: faster in "));
+  const Json j = RunJson({"evaluate", "--device", cache, "--strategy", "random", "--repeats", "3",
+                          "--max-seconds", "20", "--json"});
+  const Json& r = j.Find("spaces")->as_array().at(0).Find("results")->as_array().at(0);
+  ASSERT_EQ(r.Find("final_best_ms")->as_array().size(), 3u);
+  for (const Json& e : r.Find("final_evaluations")->as_array()) {
+    EXPECT_GT(e.as_int(), 5);    // a candidate takes about half a second of
+    EXPECT_LT(e.as_int(), 200);  // recorded time (compilation included)
+  }
+  EXPECT_EQ(r.Find("time_curve")->as_array().size(), 201u);
+  EXPECT_EQ(Run({"evaluate", "--device", cache, "--max-seconds", "20", "--short-only"}).code, 2);
+  EXPECT_EQ(Run({"evaluate", "--device", cache, "--max-seconds", "0"}).code, 2);
+}
+
 TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
   const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
   const std::vector<std::string> args = {"evaluate",     "--device",  cache, "--strategy",

@@ -423,6 +423,31 @@ TEST_F(GpuTest, AConstantMemoryFilterTunesAndVerifies) {
               r.best->key.c_str(), r.best->measurement.time.count(), ok);
 }
 
+// Regression (the H200's five-minute run of sgemm_large, 108 launch
+// errors): a configuration asking for exactly 48 KiB of dynamic shared
+// memory, in a kernel with a static shared variable too (split-K's flag),
+// needs the opt-in past 48 KiB in all; it launches and verifies.
+TEST_F(GpuTest, FortyEightKiBOfDynamicSharedMemoryBesideStaticLaunches) {
+  const Job job = LoadJob("sgemm_large", {{"M", 1024}, {"N", 1024}, {"K", 1024}},
+                          [](v1::JobSpec& spec) {
+                            const std::map<std::string, std::int64_t> one = {
+                                {"BM", 256}, {"BN", 64},    {"BK", 16}, {"WM", 128},
+                                {"WN", 32},  {"WNITER", 1}, {"TM", 4},  {"TN", 4},
+                                {"STAGES", 2}, {"VEC", 4},  {"SPLITK", 4}, {"UNROLL", 8}};
+                            for (v1::Parameter& p : *spec.mutable_parameters()) {
+                              p.mutable_ints()->Clear();
+                              p.mutable_ints()->Add(one.at(p.name()));
+                            }
+                          });
+  const SessionResult r = Tune(job, "brute_force");
+  ASSERT_EQ(r.progress.evaluations, 1);
+  for (const auto& [key, m] : Measurements(r.job.id)) {
+    EXPECT_TRUE(m.measurement.ok())
+        << key << ": " << CandidateStatusName(m.measurement.status) << " " << m.measurement.message;
+    EXPECT_GT(m.measurement.conditions.static_shared_bytes(), 0);
+  }
+}
+
 // The constant's contents reach the kernel (a job whose expected output
 // the host computed: an unfilled __constant__ reads zeros), and a constant
 // of another size than the kernel's variable is a launch error naming it.

@@ -17,7 +17,9 @@ namespace {
 // A recording of 30 x 12 configurations: time (a - 3)^2 + b + 1, except
 // that two configurations failed to compile. (Large enough that the long
 // budget does not reach the end of the space.)
-RecordedSpace SmallRecording() {
+// With `cost_ms`, each configuration also took that long to compile and
+// as long again to benchmark.
+RecordedSpace SmallRecording(int cost_ms = 0) {
   std::string cache;
   std::string a_values, b_values;
   for (int a = 1; a <= 30; ++a) a_values += StrCat(a == 1 ? "" : ", ", a);
@@ -29,6 +31,8 @@ RecordedSpace SmallRecording() {
       cache += StrCat(
           "\"", a, ",", b, "\": {\"a\": ", a, ", \"b\": ", b, ", \"time\": ",
           failed ? std::string("\"CompilationFailedConfig\"") : StrCat((a - 3) * (a - 3) + b + 1),
+          cost_ms > 0 ? StrCat(", \"compile_time\": ", cost_ms, ", \"benchmark_time\": ", cost_ms)
+                      : std::string(),
           "}");
     }
   }
@@ -158,6 +162,55 @@ TEST(EvaluateTest, ShortOnlyGivesTheFullRunsShortScore) {
   EXPECT_FALSE(std::isnan(short_only->fraction_of_optimum[0]));
   EXPECT_DOUBLE_EQ(short_only->fraction_of_optimum[0], full->fraction_of_optimum[0]);
   EXPECT_TRUE(std::isnan(short_only->fraction_of_optimum[1]));
+}
+
+// Under a time budget each run stops before the candidate after its
+// recorded time ran out (as a job's max_time does), whatever the
+// evaluation budgets; the curve against time is each run's best so far,
+// averaged.
+TEST(EvaluateTest, ATimeBudgetStopsEachRunWhenItsRecordedTimeRunsOut) {
+  const RecordedSpace rs = SmallRecording(/*cost_ms=*/75);  // 150 ms a candidate
+  std::vector<Config> slowest_first = FastestFirst(rs);
+  std::reverse(slowest_first.begin(), slowest_first.end());
+  StrategyFactory factory = [&](const Space&,
+                                std::uint64_t) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::make_unique<Scripted>(slowest_first);
+  };
+  EvaluateOptions options;
+  options.repeats = 3;
+  options.max_recorded_time = Millis(1000);
+  absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, "scripted", factory, options);
+  ASSERT_TRUE(sc.ok()) << sc.status();
+  // 900 ms spent after six candidates, so a seventh starts and ends at 1050.
+  ASSERT_EQ(sc->final_evaluations, std::vector<std::int64_t>(3, 7));
+  // The two failures come first (slowest first), then the five slowest.
+  double best = 1e300;
+  for (std::size_t i = 0; i < 7; ++i) {
+    for (const RecordedEntry& e : rs.entries()) {
+      if (e.config == slowest_first[i] && e.measurement.ok()) {
+        best = std::min(best, e.measurement.time.count());
+      }
+    }
+  }
+  EXPECT_EQ(sc->final_best, std::vector<double>(3, best));
+  EXPECT_TRUE(std::isnan(sc->short_score));
+  EXPECT_TRUE(std::isnan(sc->long_score));
+  ASSERT_EQ(sc->time_curve.size(), 201u);
+  EXPECT_DOUBLE_EQ(sc->time_curve.front().first, 0.0);
+  EXPECT_DOUBLE_EQ(sc->time_curve.back().first, 1.05);  // the seventh ends at 1050 ms
+  EXPECT_DOUBLE_EQ(sc->time_curve.back().second, best);
+  // Nothing is known before the first successful candidate ends (at 450 ms:
+  // two failures first): the worst valid time until then.
+  const double worst = BaselineOf(rs).worst();
+  for (const auto& [t, v] : sc->time_curve) {
+    if (t < 0.45) {
+      EXPECT_DOUBLE_EQ(v, worst) << t;
+    }
+  }
+  for (std::size_t k = 1; k < sc->time_curve.size(); ++k) {
+    EXPECT_LE(sc->time_curve[k].second, sc->time_curve[k - 1].second);
+  }
+  EXPECT_LT(sc->time_curve.back().second, worst);
 }
 
 }  // namespace

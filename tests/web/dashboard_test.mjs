@@ -154,6 +154,26 @@ try {
     'the comparison draws each strategy, random search and the optimum', curves.join(' '));
   check(comparedErrors.length === 0, 'the comparison has no script errors', comparedErrors.join(' | '));
   await compared.screenshot({ path: path.join(args.out, 'evaluate.png'), fullPage: true });
+
+  // ktune evaluate --max-seconds --html: final times and curves against
+  // recorded seconds.
+  const timed = path.join(args.out, 'evaluate_time.html');
+  execFileSync(args.ktune, ['evaluate', '--device', 'sim:' + path.join(source, 'kernels/recorded/sgemm_large_H200.json.gz'),
+    '--strategy', 'genetic,random', '--repeats', '3', '--max-seconds', '30', '--html', timed], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const timedPage = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  const timedErrors = [];
+  timedPage.on('pageerror', (e) => timedErrors.push(String(e)));
+  await timedPage.goto('file://' + timed);
+  await timedPage.waitForFunction(() => document.body.dataset.ready === 'true', null, { timeout: 30000 });
+  const timeCurves = await timedPage.evaluate(() => window.ktune.charts.space0.data.datasets.map((d) => d.label + ':' + d.data.length));
+  check(timeCurves.join(' ') === 'genetic:201 random:201 optimum:2',
+    'the timed comparison draws each strategy against recorded seconds and the optimum', timeCurves.join(' '));
+  const axis = await timedPage.evaluate(() => window.ktune.charts.space0.options.scales.x.title.text);
+  check(axis.startsWith('recorded seconds'), 'its axis is recorded time', axis);
+  const cells = await timedPage.evaluate(() => document.querySelectorAll('tbody td').length);
+  check(cells === 3, 'its table gives the space and each strategy\'s final times', cells);
+  check(timedErrors.length === 0, 'the timed comparison has no script errors', timedErrors.join(' | '));
+  await timedPage.screenshot({ path: path.join(args.out, 'evaluate_time.png'), fullPage: true });
 } catch (e) {
   check(false, 'the test ran to its end', e.stack || e);
   try { console.log(fs.readFileSync(path.join(tmp, 'daemon.err'), 'utf8')); } catch (_) { /* none */ }

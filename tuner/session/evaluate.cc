@@ -109,8 +109,16 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
   const ScoreBaseline baseline = BaselineOf(recording);
   std::unordered_map<Config, const RecordedEntry*, ConfigHash> outcome;
   for (const RecordedEntry& e : recording.entries()) outcome.emplace(e.config, &e);
-  const std::int64_t budget = options.short_only ? baseline.short_budget() : baseline.long_budget();
+  const bool timed = options.max_recorded_time.count() > 0;
+  const std::int64_t budget =
+      timed ? static_cast<std::int64_t>(recording.entries().size())
+            : (options.short_only ? baseline.short_budget() : baseline.long_budget());
   const auto horizon = static_cast<std::size_t>(budget);
+  const double time_budget_ms = options.max_recorded_time.count();
+  // Under a time budget, each repeat's improvements: (recorded ms spent
+  // when it was known, best time).
+  std::vector<std::vector<std::pair<double, double>>> improvements;
+  std::vector<double> run_ends;  // recorded ms each run spent
 
   StrategyScore score;
   score.strategy = name;
@@ -128,9 +136,12 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
     double spent =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::vector<double> curve;
-    curve.reserve(horizon);
+    curve.reserve(timed ? 1024 : horizon);
     double best = baseline.worst();
-    while (curve.size() < horizon) {
+    double spent_ms = 0;  // recorded time of the candidates evaluated
+    std::vector<std::pair<double, double>> improved;
+    bool out_of_time = false;
+    while (curve.size() < horizon && !out_of_time) {
       const std::size_t n = std::min<std::size_t>(
           static_cast<std::size_t>(std::max(1, options.batch)), horizon - curve.size());
       const auto a0 = std::chrono::steady_clock::now();
@@ -147,10 +158,17 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
           return absl::InternalError(
               StrCat(name, " proposed ", space.Key(c), ", which is not in the space"));
         }
+        // As a job's time budget: checked before each candidate.
+        if (timed && spent_ms >= time_budget_ms) {
+          out_of_time = true;
+          break;
+        }
+        spent_ms += it->second->measurement.cost.count();
         Outcome o;
         o.status = it->second->measurement.status;
         if (o.ok()) {
           o.loss = it->second->measurement.time.count();
+          if (o.loss < best) improved.emplace_back(spent_ms, o.loss);
           best = std::min(best, o.loss);
         }
         const auto t1 = std::chrono::steady_clock::now();
@@ -162,6 +180,12 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
       }
     }
     strategy_ms += spent;
+    if (timed) {
+      run_ends.push_back(spent_ms);
+      score.final_best.push_back(best);
+      score.final_evaluations.push_back(static_cast<std::int64_t>(curve.size()));
+      improvements.push_back(std::move(improved));
+    }
     // A run that stops early keeps its last best.
     const double last = curve.empty() ? baseline.worst() : curve.back();
     curve.resize(horizon, last);
@@ -172,9 +196,30 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
     }
     if (options.on_repeat) options.on_repeat(r + 1);
   }
-  score.short_score = baseline.Score(mean, baseline.short_budget());
-  score.long_score =
-      options.short_only ? std::numeric_limits<double>::quiet_NaN() : baseline.Score(mean, budget);
+  if (timed) {
+    // The mean best so far at 200 evenly spaced moments, to the end of the
+    // last candidate of the longest run (a candidate begun within the
+    // budget ends past it).
+    double end_ms = time_budget_ms;
+    for (double spent : run_ends) end_ms = std::max(end_ms, spent);
+    constexpr int kSteps = 200;
+    for (int k = 0; k <= kSteps; ++k) {
+      const double t = end_ms * k / kSteps;
+      double sum = 0;
+      for (const auto& run : improvements) {
+        double b = baseline.worst();
+        for (const auto& [at, value] : run) {
+          if (at > t) break;
+          b = value;
+        }
+        sum += b;
+      }
+      score.time_curve.emplace_back(t / 1e3, sum / static_cast<double>(improvements.size()));
+    }
+  }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  score.short_score = timed ? nan : baseline.Score(mean, baseline.short_budget());
+  score.long_score = options.short_only || timed ? nan : baseline.Score(mean, budget);
   if (options.short_only) {
     for (std::size_t m = 0; m < std::size(kMarks); ++m) {
       if (kMarks[m] > budget) fraction[m] = std::numeric_limits<double>::quiet_NaN();

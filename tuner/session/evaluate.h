@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -70,6 +71,14 @@ struct StrategyScore {
   int repeats = 0;
   // Mean best-so-far curve over the budget run.
   std::vector<double> mean_curve;
+  // Under a time budget (EvaluateOptions::max_recorded_time): each repeat's
+  // best time at the end (the worst valid time if it found none), in seed
+  // order, and its evaluations; the mean best so far against recorded
+  // seconds, as (seconds, ms) points from 0 to the end of the longest run
+  // (its last candidate, begun within the budget, may end past it).
+  std::vector<double> final_best;
+  std::vector<std::int64_t> final_evaluations;
+  std::vector<std::pair<double, double>> time_curve;
 };
 
 struct EvaluateOptions {
@@ -80,6 +89,12 @@ struct EvaluateOptions {
   // full run's), at a tenth of the cost; long_score is NaN and the
   // fractions of the optimum past the short budget are NaN.
   bool short_only = false;
+  // A time budget in recorded time instead of the evaluation budgets: each
+  // repeat stops before its next candidate once its candidates' recorded
+  // costs (compilation, verification and benchmarking) add up to this, as
+  // a job's max_time stops it; scores are then NaN, and final_best and
+  // time_curve say how far each repeat got. Zero: the evaluation budgets.
+  Millis max_recorded_time{0};
   // Called after each repeat with how many are done (for a progress line);
   // may be empty.
   std::function<void(int done)> on_repeat;

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The large SGEMM space's figures on one GPU, from a bundle
+# (deploy/bundle.sh), run from the repository's root:
+#
+#   bench/sgemm_large_gpu.sh BUNDLE OUT STEP...
+#
+# Steps, in the order given:
+#   first          process start to the first stored measurement, saxpy,
+#                  one evaluation: a cold compile cache, then warm ones,
+#                  alternating with BUNDLE/bin/ktune_before when present
+#                  (an earlier build, for a side-by-side figure)
+#   auto SECONDS   kernels/sgemm_large.json with the default strategy and a
+#                  time budget of SECONDS (compilation included)
+#   cublas         bench/cublas_bench: cuBLAS fp32 SGEMM beside auto's best
+#   record SECONDS brute force over kernels/sgemm_large_slice.json for at
+#                  most SECONDS (resumable: the store is OUT/record.db.gz,
+#                  restored from there when present), then its Kernel Tuner
+#                  cache OUT/sgemm_large_slice_H200.json.gz
+# Everything a step prints goes to OUT/STEP.log too.
+set -uo pipefail
+bundle=${1:?usage: sgemm_large_gpu.sh BUNDLE OUT STEP...}
+out=${2:?usage: sgemm_large_gpu.sh BUNDLE OUT STEP...}
+shift 2
+work=$(mktemp -d)
+mkdir -p "$out"
+run() { "$bundle/run.sh" "$@"; }
+ms_now() { echo $(($(date +%s%N) / 1000000)); }
+
+# One saxpy job of one evaluation: "BIN start-to-exit MS first-stored MS".
+first_run() {
+  local bin=$1 cache=$2 db t0 t1 first
+  db="$work/first_$RANDOM.db"
+  local extra=()
+  [ "$bin" = ktune ] && extra=(--timings)
+  t0=$(ms_now)
+  KTUNE_CACHE_DIR=$cache run "$bin" tune kernels/saxpy.json --local --device 0 --db "$db" \
+    --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
+  local rc=$?
+  t1=$(ms_now)
+  first=$(sed -n 's/.*first measurement stored at \([0-9]*\) ms.*/\1/p' "$work/first.err")
+  echo "$bin rc=$rc start-to-exit $((t1 - t0)) ms first-stored ${first:--} ms"
+  [ $rc -eq 0 ] || cat "$work/first.err"
+}
+
+step_first() {
+  local bins=(ktune)
+  [ -x "$bundle/bin/ktune_before" ] && bins+=(ktune_before)
+  for bin in "${bins[@]}"; do
+    echo "cold cache: $(first_run "$bin" "$(mktemp -d)")"
+  done
+  first_run ktune "$work/warm" >/dev/null  # fills the warm cache
+  for i in 1 2 3 4 5; do
+    for bin in "${bins[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
+  done
+  KTUNE_CACHE_DIR="$work/warm" run ktune tune kernels/saxpy.json --local --device 0 \
+    --db "$work/last.db" --max-evals 1 --timings 2>&1 | grep timings
+}
+
+step_auto() {
+  local seconds=$1
+  run ktune tune kernels/sgemm_large.json --local --device 0 --db "$work/auto.db" \
+    --max-seconds "$seconds" --json >"$out/auto.json"
+  local job
+  job=$(sed -n 's/.*"job_id": *"\([0-9a-f]*\)".*/\1/p' "$out/auto.json" | head -1)
+  run ktune show "$job" --db "$work/auto.db" --json | gzip >"$out/auto_show.json.gz"
+  cat "$out/auto.json"
+}
+
+step_cublas() {
+  run cublas_bench --spec kernels/sgemm_large.json --db "$work/auto.db" --rounds 5 --launches 20
+}
+
+step_record() {
+  local seconds=$1
+  [ -f "$out/record.db.gz" ] && gunzip -c "$out/record.db.gz" >"$work/record.db"
+  run ktune tune kernels/sgemm_large_slice.json --local --device 0 --db "$work/record.db" \
+    --max-seconds "$seconds" --json >"$work/record.json"
+  cat "$work/record.json"
+  local job
+  job=$(sed -n 's/.*"job_id": *"\([0-9a-f]*\)".*/\1/p' "$work/record.json" | head -1)
+  run ktune export "$job" --db "$work/record.db" --format kernel-tuner \
+    "$out/sgemm_large_slice_H200.json.gz"
+  gzip -c "$work/record.db" >"$out/record.db.gz"
+}
+
+while [ $# -gt 0 ]; do
+  step=$1
+  shift
+  case "$step" in
+    first) step_first 2>&1 | tee "$out/first.log" ;;
+    auto) step_auto "$1" 2>&1 | tee "$out/auto.log"; shift ;;
+    cublas) step_cublas 2>&1 | tee "$out/cublas.log" ;;
+    record) step_record "$1" 2>&1 | tee "$out/record.log"; shift ;;
+    *) echo "sgemm_large_gpu.sh: unknown step $step" >&2; exit 2 ;;
+  esac
+done
