@@ -177,7 +177,10 @@ int main(int argc, char** argv) {
   CheckCu(cuModuleLoadData(&module, subject.image.cubin().data()), "cuModuleLoadData");
   CheckCu(cuModuleGetFunction(&fn, module, subject.image.lowered_name().c_str()),
           "cuModuleGetFunction");
-  if (launch.shared_memory_bytes() > 48 * 1024) {
+  int static_shared = 0;
+  CheckCu(cuFuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+          "cuFuncGetAttribute");
+  if (launch.shared_memory_bytes() + static_cast<unsigned>(static_shared) > 48 * 1024) {
     CheckCu(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                static_cast<int>(launch.shared_memory_bytes())),
             "cuFuncSetAttribute");

@@ -113,7 +113,10 @@ std::optional<v1::WorkerMeasurement> Worker::Load(const v1::WorkerCandidate& c,
                                   " (it uses ", regs, " registers per thread)"));
   }
   const unsigned dynamic_shared = c.shared_memory_bytes();
-  if (dynamic_shared > 48 * 1024) {
+  // Past 48 KiB a block's shared memory, static and dynamic together, needs
+  // the kernel's opt-in (a launch asking for exactly 48 KiB of dynamic
+  // memory fails without it if the kernel also has static variables).
+  if (dynamic_shared + static_cast<unsigned>(static_shared) > 48 * 1024) {
     if (static_cast<int>(dynamic_shared) + static_shared > gpu_.max_shared_optin) {
       return end.LaunchError(StrCat("the kernel asks for ", dynamic_shared + static_shared,
                                     " bytes of shared memory; the device allows ",
