@@ -351,11 +351,13 @@ absl::StatusOr<v1::Job> Scheduler::CancelElsewhere(const std::string& id) {
   v1::GetJobRequest g;
   g.set_job_id(id);
   // A running job stops after its candidate, once its daemon's heartbeat
-  // hears of it.
+  // hears of it. Its session first leaves it interrupted, then its daemon
+  // records the cancellation: the answer waits for that.
   const auto deadline = std::chrono::steady_clock::now() + options_.lease + 30s;
   for (;;) {
     KTUNE_ASSIGN_OR_RETURN(v1::Job job, GetJob(g));
-    if (now || job.state() != v1::RUNNING || std::chrono::steady_clock::now() > deadline) {
+    const bool stopping = job.state() == v1::RUNNING || job.state() == v1::INTERRUPTED;
+    if (now || !stopping || std::chrono::steady_clock::now() > deadline) {
       return job;
     }
     std::this_thread::sleep_for(kFleetPoll);

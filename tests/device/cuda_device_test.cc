@@ -164,6 +164,8 @@ TEST_F(CudaDeviceTest, ACompilerKilledOrHungMidCompileCostsOnlyItsCandidate) {
 // one process start (and one driver initialisation) fewer before the first
 // measurement. Without it, the lister ends and a second worker opens the GPU.
 TEST_F(CudaDeviceTest, TheWorkerThatListsTheGpusGoesOnToMeasure) {
+  // The environment changes only while no device's threads start processes.
+  device_.reset();
   unsetenv("KTUNE_FAKE_WORKER");  // every candidate ok: no worker restarts
   for (const bool adopt : {true, false}) {
     SCOPED_TRACE(adopt ? "adopted" : "not adopted");
@@ -171,6 +173,7 @@ TEST_F(CudaDeviceTest, TheWorkerThatListsTheGpusGoesOnToMeasure) {
     setenv("KTUNE_FAKE_WORKER_LOG", log.c_str(), 1);
     OpenDevice(std::chrono::seconds(120), adopt);
     const std::map<std::string, Measurement> by_key = RunJob(adopt ? "a.db" : "b.db");
+    device_.reset();
     unsetenv("KTUNE_FAKE_WORKER_LOG");
     ASSERT_TRUE(by_key.at("32").ok()) << by_key.at("32").message;
     std::map<std::string, std::set<std::string>> pids;  // request -> processes
