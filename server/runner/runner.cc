@@ -77,9 +77,12 @@ absl::StatusOr<std::unique_ptr<Device>> OpenDevice(const std::string& locator,
   if (locator.empty()) return absl::InvalidArgumentError("empty device locator");
 #ifdef KTUNE_HAVE_CUDA
   const WorkerProgram program{options.worker_program};
-  // The worker that lists the GPUs goes on to open the chosen one.
+  // The worker that lists the GPUs goes on to open the chosen one; NVRTC
+  // loads here meanwhile (the device needs it next).
+  std::thread nvrtc_load([] { (void)Nvrtc::Get(); });
   std::optional<Subprocess> lister;
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(program, &lister);
+  nvrtc_load.join();
   if (!gpus.ok()) return gpus.status();
   absl::StatusOr<v1::WorkerDeviceInfo> gpu = SelectCudaDevice(*gpus, locator);
   if (!gpu.ok()) return gpu.status();

@@ -95,6 +95,10 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
     return absl::FailedPreconditionError(StrCat(
         "NVRTC ", d->nvrtc_version_, " cannot compile for this GPU's architecture ", d->arch_));
   }
+  // The worker opens the GPU now (the slow part: the context), ahead of
+  // any job, and while the compile pool starts.
+  d->worker_ = std::make_unique<WorkerClient>(options.program, gpu.ordinal());
+  KTUNE_RETURN_IF_ERROR(d->worker_->Start(std::move(worker)));
   CompilePoolOptions po;
   po.worker_argv = options.program.Argv("compile");
   po.workers = options.compile_workers > 0
@@ -110,10 +114,6 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(const v1::WorkerDev
   } else {
     KTUNE_ASSIGN_OR_RETURN(d->pool_, CompilePool::Start(po));
   }
-  // The worker opens the GPU now (the slow part: the context), ahead of
-  // any job.
-  d->worker_ = std::make_unique<WorkerClient>(options.program, gpu.ordinal());
-  KTUNE_RETURN_IF_ERROR(d->worker_->Start(std::move(worker)));
   return d;
 }
 
