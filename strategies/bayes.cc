@@ -65,6 +65,8 @@ constexpr std::size_t kMaxPriorFailures = 150;
 // proposal bounded. Above every recorded space's long budget (at most 280
 // evaluations), so scores there are unchanged.
 constexpr std::size_t kMaxModelRows = 300;
+// Polishing looks at the neighbourhoods of at most this many of the best.
+constexpr std::size_t kPolishDepth = 10;
 // Random draws a batch's initial pick is chosen from (see SpreadPick).
 constexpr int kSpreadDraws = 30;
 // Hill-climbing steps refining a pick from a sampled candidate set.
@@ -411,12 +413,16 @@ bool BayesianOptimization::FillPool(Pool& pool) {
       }
     }
   }
+  EncodePool(pool);
+  return sampled;
+}
+
+void BayesianOptimization::EncodePool(Pool& pool) const {
   const auto m = static_cast<Eigen::Index>(pool.configs.size());
   pool.d = static_cast<Eigen::Index>(std::max<std::size_t>(1, encoder_.dims()));
   pool.x.resize(m, pool.d);
   pool.x.setZero();
   EncodeRows(pool, 0);
-  return sampled;
 }
 
 void BayesianOptimization::LearnFromNominees(Eigen::Index d) {
@@ -498,12 +504,47 @@ std::size_t BayesianOptimization::Refine(Pool& pool, std::size_t pick, int chose
   return pick;
 }
 
+bool BayesianOptimization::FillPolishPool(Pool& pool) {
+  if (options_.polish <= 0 || !incumbent_ ||
+      observations_.size() < improved_at_ + static_cast<std::size_t>(options_.polish)) {
+    return false;
+  }
+  if (options_.polish_limit > 0 && polished_ >= options_.polish_limit) return false;
+  // The unmeasured neighbours of the best successes: of the incumbent,
+  // and of the next best while fewer than kPolishWidth of them have any
+  // left (among the best kPolishDepth), so that a needle two steps away
+  // from the incumbent is reached through a runner-up.
+  std::vector<std::pair<double, std::size_t>> order;
+  for (std::size_t i = 0; i < observations_.size(); ++i) {
+    if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
+  }
+  std::sort(order.begin(), order.end());
+  ConfigSet in;
+  int centres = 0;
+  for (std::size_t k = 0; k < order.size() && k < kPolishDepth && centres < options_.polish_width; ++k) {
+    bool any = false;
+    for (Config& nb :
+         space_.Neighbours(observed_configs_[order[k].second], Space::Neighbourhood::kHamming)) {
+      if (seen_.count(nb) == 0 && in.insert(nb).second) {
+        pool.configs.push_back(std::move(nb));
+        any = true;
+      }
+    }
+    centres += any ? 1 : 0;
+  }
+  if (pool.configs.empty()) return false;
+  EncodePool(pool);
+  return true;
+}
+
 std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   std::vector<Config> out;
   if (AskWithoutModel(n, out)) return out;
   Refit();
   Pool pool;
-  const bool sampled = FillPool(pool);
+  const bool polishing = FillPolishPool(pool);
+  const bool sampled = !polishing && FillPool(pool);
+  if (polishing) polished_ += static_cast<int>(n);
   if (pool.configs.empty()) return out;
   LearnFromNominees(pool.d);
   pool.feasible = Feasibility(pool.x);
@@ -561,6 +602,12 @@ void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
   o.x = encoder_.Encode(config);
   o.ok = outcome.ok() && std::isfinite(outcome.loss) && outcome.loss > 0;
   o.y = o.ok ? std::log(outcome.loss) : 0;
+  if (o.ok && (!incumbent_ || o.y < incumbent_y_)) {
+    incumbent_ = config;
+    incumbent_y_ = o.y;
+    improved_at_ = observations_.size() + 1;
+    polished_ = 0;
+  }
   observations_.push_back(std::move(o));
   observed_configs_.push_back(config);
   MarkSeen(config);

@@ -56,6 +56,19 @@ struct BayesOptions {
   // from where configurations fail, and the time model is not taught that
   // a region is slow because part of it fails (see README for the scores).
   bool failures_in_objective = false;
+  // After this many evaluations without a new best (0: never), the picks
+  // come from the unmeasured one-parameter neighbours of the best so far
+  // (by the same acquisition) until it has none left or a pick improves
+  // on it: a search that stalls near the optimum measures the optimum's
+  // neighbourhood rather than wandering off.
+  int polish = 0;
+  // Polishing measures the neighbourhoods of this many of the best
+  // configurations with unmeasured neighbours (among the best ten).
+  int polish_width = 1;
+  // At most this many polishing picks for one incumbent (0: until its
+  // neighbourhood is measured); then the global search resumes until a
+  // new best is found.
+  int polish_limit = 0;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
   // Outcomes known from elsewhere (another device or problem): their
   // failures inform the success model from the start.
@@ -83,7 +96,13 @@ class BayesianOptimization final : public Strategy {
   bool AskWithoutModel(std::size_t n, std::vector<Config>& out);
   // A round's candidates, encoded; true when sampled from a large space.
   bool FillPool(Pool& pool);
+  // While polishing (see BayesOptions::polish): the incumbent's unmeasured
+  // one-parameter neighbours as the round's candidates; false when it is
+  // not time to or there are none.
+  bool FillPolishPool(Pool& pool);
   void EncodeRows(Pool& pool, Eigen::Index from) const;
+  // Sizes the pool's matrix to its configurations and encodes them all.
+  void EncodePool(Pool& pool) const;
   // The hedge learns from the last round's nominees.
   void LearnFromNominees(Eigen::Index d);
   // EI, PI and the LCB utility at a predicted mean, variance and success
@@ -137,6 +156,12 @@ class BayesianOptimization final : public Strategy {
   double best_standardised_ = 0;  // the best observation in model units
   int initial_ = 0;
   std::size_t proposals_ = 0;
+  // The best success so far (the incumbent) and when it was measured, in
+  // observations.
+  std::optional<Config> incumbent_;
+  double incumbent_y_ = 0;
+  std::size_t improved_at_ = 0;
+  int polished_ = 0;  // polishing picks since the incumbent was found
   // Hedge over acquisitions: EI, PI, LCB.
   double gains_[3] = {0, 0, 0};
   std::vector<std::pair<Config, std::vector<double>>> pending_nominees_;

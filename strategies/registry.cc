@@ -188,7 +188,10 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                      {"random_every", 0, 1e6, true},
                      {"acquisitions", 1, 7, true},
                      {"warp", 0, 1, true},
-                     {"failures_in_objective", 0, 1, true}});
+                     {"failures_in_objective", 0, 1, true},
+                     {"polish", 0, 1e6, true},
+                     {"polish_width", 1, 10, true},
+                     {"polish_limit", 0, 1e6, true}});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);
@@ -196,6 +199,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("random_every")) bo.random_every = static_cast<int>((*o)["random_every"]);
     if (o->count("acquisitions")) bo.acquisitions = static_cast<int>((*o)["acquisitions"]);
     if (o->count("warp")) bo.warp = (*o)["warp"] != 0;
+    if (o->count("polish")) bo.polish = static_cast<int>((*o)["polish"]);
+    if (o->count("polish_width")) bo.polish_width = static_cast<int>((*o)["polish_width"]);
+    if (o->count("polish_limit")) bo.polish_limit = static_cast<int>((*o)["polish_limit"]);
     if (o->count("failures_in_objective")) {
       bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
     }

@@ -4,33 +4,21 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "tuner/base/process.h"
 
 namespace ktune::cli {
 
 std::optional<double> MsSinceProcessStart() {
-  std::ifstream in("/proc/self/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return std::nullopt;
-  // The command name (field 2) may hold spaces and parentheses: the fields
-  // after it start past the last ')'. starttime is field 22, the 20th
-  // after that parenthesis.
-  const std::size_t close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream fields(stat.substr(close + 1));
-  std::string field;
-  unsigned long long start_ticks = 0;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(fields >> field)) return std::nullopt;
-    if (i == 22) start_ticks = std::stoull(field);
-  }
+  const std::optional<ProcessName> self = ThisProcess();
   const long ticks_per_s = sysconf(_SC_CLK_TCK);
   timespec now{};
-  if (ticks_per_s <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return std::nullopt;
-  const double now_ms = static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
-  return now_ms - static_cast<double>(start_ticks) * 1e3 / static_cast<double>(ticks_per_s);
+  if (!self || ticks_per_s <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return std::nullopt;
+  // The kernel counts a process's start in ticks after boot.
+  const double now_ms =
+      static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+  return now_ms - static_cast<double>(self->start_ticks) * 1e3 / static_cast<double>(ticks_per_s);
 }
 
 void StartupTimings::Mark(const std::string& step) const {

@@ -161,6 +161,63 @@ TEST(StrategiesTest, FailuresBesideTheOptimumDoNotHideIt) {
   EXPECT_LT(sum[0], sum[1]);
 }
 
+// Polishing: once `polish` evaluations bring no new best, bayes's picks
+// are unmeasured one-parameter neighbours of the best configuration that
+// has any left (among the best ten); with polish_limit, at most that many
+// such picks per best, then the global search again.
+TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
+  const Space space = Bowl();
+  // The bowl without ties, so that "the best" is one configuration.
+  auto loss_of = [](const Space& s, const Config& c) {
+    return Ok(BowlLoss(s, c).loss + 1e-3 * static_cast<double>(At(s, c, 0)) +
+              1e-5 * static_cast<double>(At(s, c, 1)));
+  };
+  auto neighbours = [&](const std::string& key) {
+    std::set<std::string> out;
+    for (const Config& nb : space.Neighbours(*space.ParseKey(key), Space::Neighbourhood::kHamming)) {
+      out.insert(space.Key(nb));
+    }
+    return out;
+  };
+  for (const int limit : {0, 2}) {
+    SCOPED_TRACE(StrCat("polish_limit ", limit));
+    const RunResult run = Drive("bayes", space, loss_of, 80, 1, 3,
+                                {{"polish", "3"}, {"polish_limit", StrCat(limit)}});
+    std::vector<std::pair<double, std::string>> measured;  // (loss, key)
+    std::set<std::string> seen;
+    std::size_t improved_at = 0, polished = 0, polish_picks = 0;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < run.keys.size(); ++i) {
+      std::sort(measured.begin(), measured.end());
+      // The centre: the best measured configuration with unmeasured neighbours.
+      std::set<std::string> open;
+      for (std::size_t k = 0; k < measured.size() && k < 10 && open.empty(); ++k) {
+        for (const std::string& nb : neighbours(measured[k].second)) {
+          if (seen.count(nb) == 0) open.insert(nb);
+        }
+      }
+      const bool stalled = !measured.empty() && i >= improved_at + 3 && i >= 4;
+      const bool due = stalled && !open.empty() && (limit == 0 || polished < static_cast<std::size_t>(limit));
+      if (due) {
+        EXPECT_EQ(open.count(run.keys[i]), 1u) << "pick " << i << " " << run.keys[i];
+        ++polished;
+        ++polish_picks;
+      }
+      const double loss = loss_of(space, *space.ParseKey(run.keys[i])).loss;
+      measured.emplace_back(loss, run.keys[i]);
+      seen.insert(run.keys[i]);
+      if (loss < best) {
+        best = loss;
+        improved_at = i + 1;
+        polished = 0;
+      }
+    }
+    EXPECT_GT(polish_picks, 0u);
+    EXPECT_EQ(run.keys.size(), 80u);
+    EXPECT_LT(best, 1.1);  // the bowl's bottom, 13,7
+  }
+}
+
 TEST(StrategiesTest, OneAndTwoValueParametersAndExhaustion) {
   Parameter fixed{"fixed", ValueType::kInt, {Value(std::int64_t{5})}};
   Parameter flag{"flag", ValueType::kBool, {Value(false), Value(true)}};
