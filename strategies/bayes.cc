@@ -65,8 +65,6 @@ constexpr std::size_t kMaxPriorFailures = 150;
 // proposal bounded. Above every recorded space's long budget (at most 280
 // evaluations), so scores there are unchanged.
 constexpr std::size_t kMaxModelRows = 300;
-// Polishing looks at the neighbourhoods of at most this many of the best.
-constexpr std::size_t kPolishDepth = 10;
 // Random draws a batch's initial pick is chosen from (see SpreadPick).
 constexpr int kSpreadDraws = 30;
 // Hill-climbing steps refining a pick from a sampled candidate set.
@@ -510,27 +508,21 @@ bool BayesianOptimization::FillPolishPool(Pool& pool) {
     return false;
   }
   if (options_.polish_limit > 0 && polished_ >= options_.polish_limit) return false;
-  // The unmeasured neighbours of the best successes: of the incumbent,
-  // and of the next best while fewer than kPolishWidth of them have any
-  // left (among the best kPolishDepth), so that a needle two steps away
-  // from the incumbent is reached through a runner-up.
-  std::vector<std::pair<double, std::size_t>> order;
-  for (std::size_t i = 0; i < observations_.size(); ++i) {
-    if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
-  }
-  std::sort(order.begin(), order.end());
+  // The incumbent's unmeasured neighbours only: once they are measured the
+  // global search resumes (polishing runners-up too kept runs in a local
+  // optimum's region for their whole budget).
   ConfigSet in;
-  int centres = 0;
-  for (std::size_t k = 0; k < order.size() && k < kPolishDepth && centres < options_.polish_width; ++k) {
-    bool any = false;
-    for (Config& nb :
-         space_.Neighbours(observed_configs_[order[k].second], Space::Neighbourhood::kHamming)) {
-      if (seen_.count(nb) == 0 && in.insert(nb).second) {
-        pool.configs.push_back(std::move(nb));
-        any = true;
+  const std::vector<Config> first = space_.Neighbours(*incumbent_, Space::Neighbourhood::kHamming);
+  for (const Config& nb : first) {
+    if (seen_.count(nb) == 0 && in.insert(nb).second) pool.configs.push_back(nb);
+  }
+  // Radius 2: also what two changes reach (a needle beside a runner-up).
+  for (std::size_t i = 0; options_.polish_radius >= 2 && i < first.size(); ++i) {
+    for (Config& nb2 : space_.Neighbours(first[i], Space::Neighbourhood::kHamming)) {
+      if (nb2 != *incumbent_ && seen_.count(nb2) == 0 && in.insert(nb2).second) {
+        pool.configs.push_back(std::move(nb2));
       }
     }
-    centres += any ? 1 : 0;
   }
   if (pool.configs.empty()) return false;
   EncodePool(pool);

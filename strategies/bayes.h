@@ -62,13 +62,13 @@ struct BayesOptions {
   // on it: a search that stalls near the optimum measures the optimum's
   // neighbourhood rather than wandering off.
   int polish = 0;
-  // Polishing measures the neighbourhoods of this many of the best
-  // configurations with unmeasured neighbours (among the best ten).
-  int polish_width = 1;
   // At most this many polishing picks for one incumbent (0: until its
   // neighbourhood is measured); then the global search resumes until a
   // new best is found.
   int polish_limit = 0;
+  // Polishing looks this many parameter changes away from the best (1 or
+  // 2).
+  int polish_radius = 1;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
   // Outcomes known from elsewhere (another device or problem): their
   // failures inform the success model from the start.

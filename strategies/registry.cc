@@ -190,8 +190,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                      {"warp", 0, 1, true},
                      {"failures_in_objective", 0, 1, true},
                      {"polish", 0, 1e6, true},
-                     {"polish_width", 1, 10, true},
-                     {"polish_limit", 0, 1e6, true}});
+                     {"polish_limit", 0, 1e6, true},
+                     {"polish_radius", 1, 2, true}});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);
@@ -200,8 +200,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("acquisitions")) bo.acquisitions = static_cast<int>((*o)["acquisitions"]);
     if (o->count("warp")) bo.warp = (*o)["warp"] != 0;
     if (o->count("polish")) bo.polish = static_cast<int>((*o)["polish"]);
-    if (o->count("polish_width")) bo.polish_width = static_cast<int>((*o)["polish_width"]);
     if (o->count("polish_limit")) bo.polish_limit = static_cast<int>((*o)["polish_limit"]);
+    if (o->count("polish_radius")) bo.polish_radius = static_cast<int>((*o)["polish_radius"]);
     if (o->count("failures_in_objective")) {
       bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
     }

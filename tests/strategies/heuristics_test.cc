@@ -162,9 +162,9 @@ TEST(StrategiesTest, FailuresBesideTheOptimumDoNotHideIt) {
 }
 
 // Polishing: once `polish` evaluations bring no new best, bayes's picks
-// are unmeasured one-parameter neighbours of the best configuration that
-// has any left (among the best ten); with polish_limit, at most that many
-// such picks per best, then the global search again.
+// are unmeasured one-parameter neighbours of the best so far until it has
+// none left; with polish_limit, at most that many such picks per best,
+// then the global search again.
 TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
   const Space space = Bowl();
   // The bowl without ties, so that "the best" is one configuration.
@@ -179,21 +179,26 @@ TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
     }
     return out;
   };
-  for (const int limit : {0, 2}) {
-    SCOPED_TRACE(StrCat("polish_limit ", limit));
-    const RunResult run = Drive("bayes", space, loss_of, 80, 1, 3,
-                                {{"polish", "3"}, {"polish_limit", StrCat(limit)}});
+  for (const auto& [limit, radius] : {std::pair{0, 1}, std::pair{2, 1}, std::pair{4, 2}}) {
+    SCOPED_TRACE(StrCat("polish_limit ", limit, ", polish_radius ", radius));
+    const RunResult run = Drive(
+        "bayes", space, loss_of, 80, 1, 3,
+        {{"polish", "3"}, {"polish_limit", StrCat(limit)}, {"polish_radius", StrCat(radius)}});
     std::vector<std::pair<double, std::string>> measured;  // (loss, key)
     std::set<std::string> seen;
     std::size_t improved_at = 0, polished = 0, polish_picks = 0;
     double best = std::numeric_limits<double>::infinity();
     for (std::size_t i = 0; i < run.keys.size(); ++i) {
       std::sort(measured.begin(), measured.end());
-      // The centre: the best measured configuration with unmeasured neighbours.
+      // What `radius` changes reach from the best so far, unmeasured.
       std::set<std::string> open;
-      for (std::size_t k = 0; k < measured.size() && k < 10 && open.empty(); ++k) {
-        for (const std::string& nb : neighbours(measured[k].second)) {
+      if (!measured.empty()) {
+        const std::string& best_key = measured.front().second;
+        for (const std::string& nb : neighbours(best_key)) {
           if (seen.count(nb) == 0) open.insert(nb);
+          for (const std::string& nb2 : radius == 2 ? neighbours(nb) : std::set<std::string>()) {
+            if (nb2 != best_key && seen.count(nb2) == 0) open.insert(nb2);
+          }
         }
       }
       const bool stalled = !measured.empty() && i >= improved_at + 3 && i >= 4;
