@@ -17,7 +17,9 @@
 // and each pick is refined by hill-climbing through its one-parameter
 // neighbours. Batches (Ask(n > 1)) use the kriging believer: each pick is
 // added at its predicted mean before the next is chosen; a batch that holds
-// initial random picks spreads them over each parameter's values.
+// initial random picks spreads them over each parameter's values. When the
+// best stops improving, the picks polish its neighbourhood for a while
+// (BayesOptions::polish).
 #ifndef KTUNE_STRATEGIES_BAYES_H_
 #define KTUNE_STRATEGIES_BAYES_H_
 
@@ -61,14 +63,17 @@ struct BayesOptions {
   // (by the same acquisition) until it has none left or a pick improves
   // on it: a search that stalls near the optimum measures the optimum's
   // neighbourhood rather than wandering off.
-  int polish = 0;
+  // 4, with polish_radius 2 and polish_limit 8: over 14 recorded spaces and
+  // 60 seeds the short-budget score rose by 0.016 and the long one held
+  // (docs/benchmarks.md).
+  int polish = 4;
   // At most this many polishing picks for one incumbent (0: until its
   // neighbourhood is measured); then the global search resumes until a
   // new best is found.
-  int polish_limit = 0;
+  int polish_limit = 8;
   // Polishing looks this many parameter changes away from the best (1 or
   // 2).
-  int polish_radius = 1;
+  int polish_radius = 2;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
   // Outcomes known from elsewhere (another device or problem): their
   // failures inform the success model from the start.
