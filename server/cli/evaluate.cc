@@ -348,6 +348,60 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   return std::nullopt;
 }
 
+// The score comparison's last lines: each strategy's average over the
+// spaces (and its lowest), in the table, in --json and on the --html page.
+std::optional<Failure> ReportAverages(const Args& args, const EvaluatePlan& plan,
+                                      std::map<std::string, std::vector<double>>& short_scores,
+                                      std::map<std::string, std::vector<double>>& long_scores,
+                                      EvaluationPage& page, Json spaces) {
+  const std::vector<std::string>& strategies = plan.strategies;
+  const EvaluateOptions& options = plan.options;
+  const bool json = args.Has("json");
+  Json out = Json::MakeObject();
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  Json averages = Json::MakeArray();
+  Json page_averages = Json::MakeArray();
+  for (const std::string& name : strategies) {
+    Json pa = Json::MakeObject();
+    pa.Set("strategy", name);
+    pa.Set("shortScore", mean(short_scores[name]));
+    pa.Set("longScore", mean(long_scores[name]));
+    page_averages.Push(std::move(pa));
+    const double lo_short = *std::min_element(short_scores[name].begin(), short_scores[name].end());
+    const double lo_long = *std::min_element(long_scores[name].begin(), long_scores[name].end());
+    if (json) {
+      Json a = Json::MakeObject();
+      a.Set("strategy", name);
+      a.Set("short_score", mean(short_scores[name]));
+      a.Set("long_score", mean(long_scores[name]));
+      a.Set("lowest_short_score", lo_short);
+      a.Set("lowest_long_score", lo_long);
+      averages.Push(std::move(a));
+    } else {
+      std::printf("%-44s %-12s %7.3f %7s   (lowest %.3f / %s; %d repeats, batch %d%s)\n",
+                  StrCat("average over ", plan.recordings.size(), " spaces").c_str(), name.c_str(),
+                  mean(short_scores[name]), Figure(mean(long_scores[name]), 7).c_str(), lo_short,
+                  Figure(lo_long, 0).c_str(), options.repeats, options.batch,
+                  options.short_only ? ", short budget only" : "");
+    }
+  }
+  if (auto html = args.Get("html")) {
+    if (auto f = page.Write(*html, strategies, std::move(page_averages), options.repeats)) return f;
+  }
+  if (json) {
+    out.Set("spaces", std::move(spaces));
+    out.Set("averages", std::move(averages));
+    out.Set("repeats", options.repeats);
+    out.Set("batch", options.batch);
+    std::cout << out.Dump() << "\n";
+  }
+  return std::nullopt;
+}
+
 std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   EvaluatePlan plan;
   if (auto f = PlanEvaluate(args, plan)) return f;
@@ -461,46 +515,8 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     *exit_code = kExitOk;
     return std::nullopt;
   }
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
-  Json averages = Json::MakeArray();
-  Json page_averages = Json::MakeArray();
-  for (const std::string& name : strategies) {
-    Json pa = Json::MakeObject();
-    pa.Set("strategy", name);
-    pa.Set("shortScore", mean(short_scores[name]));
-    pa.Set("longScore", mean(long_scores[name]));
-    page_averages.Push(std::move(pa));
-    const double lo_short = *std::min_element(short_scores[name].begin(), short_scores[name].end());
-    const double lo_long = *std::min_element(long_scores[name].begin(), long_scores[name].end());
-    if (json) {
-      Json a = Json::MakeObject();
-      a.Set("strategy", name);
-      a.Set("short_score", mean(short_scores[name]));
-      a.Set("long_score", mean(long_scores[name]));
-      a.Set("lowest_short_score", lo_short);
-      a.Set("lowest_long_score", lo_long);
-      averages.Push(std::move(a));
-    } else {
-      std::printf("%-44s %-12s %7.3f %7s   (lowest %.3f / %s; %d repeats, batch %d%s)\n",
-                  StrCat("average over ", recordings.size(), " spaces").c_str(), name.c_str(),
-                  mean(short_scores[name]), Figure(mean(long_scores[name]), 7).c_str(), lo_short,
-                  Figure(lo_long, 0).c_str(), options.repeats, options.batch,
-                  options.short_only ? ", short budget only" : "");
-    }
-  }
-  if (auto html = args.Get("html")) {
-    if (auto f = page.Write(*html, strategies, std::move(page_averages), options.repeats)) return f;
-  }
-  if (json) {
-    out.Set("spaces", std::move(spaces));
-    out.Set("averages", std::move(averages));
-    out.Set("repeats", options.repeats);
-    out.Set("batch", options.batch);
-    std::cout << out.Dump() << "\n";
+  if (auto f = ReportAverages(args, plan, short_scores, long_scores, page, std::move(spaces))) {
+    return f;
   }
   *exit_code = kExitOk;
   return std::nullopt;
