@@ -80,7 +80,8 @@ Subject LoadSubject(const ktune::flags::Args& args, const cudaDeviceProp& prop) 
   out.K = out.job.problem.at("K");
   if (out.key.empty()) {
     if (!args.Has("db")) Die("give --db STORE (its best configuration) or --config KEY");
-    absl::StatusOr<std::unique_ptr<ktune::Store>> store = ktune::Store::Open(*args.Get("db"), false);
+    absl::StatusOr<std::unique_ptr<ktune::Store>> store =
+        ktune::Store::Open(*args.Get("db"), false);
     if (!store.ok()) Die(std::string(store.status().message()));
     absl::StatusOr<std::vector<ktune::BestRecord>> best =
         (*store)->FindBest(out.job.kernel_name, std::nullopt, out.job.problem, std::nullopt);
@@ -238,8 +239,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const double difference = RelativeDifference(
-      buf.C_ktune, buf.C_blas, static_cast<std::size_t>(subject.M * subject.N));
+  const double difference =
+      RelativeDifference(buf.C_ktune, buf.C_blas, static_cast<std::size_t>(subject.M * subject.N));
   const double flop = 2.0 * static_cast<double>(subject.M) * static_cast<double>(subject.N) *
                       static_cast<double>(subject.K);
   const double kt = Median(ktune_ms), bl = Median(blas_ms);
@@ -249,8 +250,8 @@ int main(int argc, char** argv) {
               launches);
   std::printf("cuBLAS sgemm (TF32 off): %.4f ms  %.2f TFLOP/s\n", bl, flop / bl / 1e9);
   std::printf("ktune %-24s %.4f ms  %.2f TFLOP/s\n", subject.key.c_str(), kt, flop / kt / 1e9);
-  std::printf("ktune / cuBLAS throughput: %.3f; relative difference of the results %.2e\n",
-              bl / kt, difference);
+  std::printf("ktune / cuBLAS throughput: %.3f; relative difference of the results %.2e\n", bl / kt,
+              difference);
   cublasDestroy(blas);
   cuModuleUnload(module);
   return 0;

@@ -63,8 +63,8 @@ __device__ __forceinline__ void WaitCopies() {
 
 // The k-th BK-wide slice of this block's A rows and B columns into stage
 // buffer `stage`.
-__device__ __forceinline__ void LoadTile(float* stage, const float* A, const float* B, int N,
-                                         int K, int row0, int col0, int k0, int tid) {
+__device__ __forceinline__ void LoadTile(float* stage, const float* A, const float* B, int N, int K,
+                                         int row0, int col0, int k0, int tid) {
   float* as = stage;
   float* bs = stage + BM * AS_STRIDE;
   for (int v = tid; v < BM * (BK / VEC); v += THREADS) {
@@ -113,7 +113,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
       for (int wi = 0; wi < WMITER; ++wi)
 #pragma unroll
-        for (int i = 0; i < TM; ++i) a[wi][i] = as[(wm0 + wi * WSUBM + tm * TM + i) * AS_STRIDE + k];
+        for (int i = 0; i < TM; ++i)
+          a[wi][i] = as[(wm0 + wi * WSUBM + tm * TM + i) * AS_STRIDE + k];
 #pragma unroll
       for (int wj = 0; wj < WNITER; ++wj) {
         const float* row = &bs[k * BN + wn0 + wj * WSUBN + tn * TN];

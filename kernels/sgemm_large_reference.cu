@@ -1,8 +1,7 @@
 // The reference of sgemm_large: one thread per element of C, accumulating in
 // k order (the same arguments as the tuned kernel; workspace and counters
 // unused).
-extern "C" __global__ void sgemm_large_reference(float* __restrict__ C,
-                                                 const float* __restrict__ A,
+extern "C" __global__ void sgemm_large_reference(float* __restrict__ C, const float* __restrict__ A,
                                                  const float* __restrict__ B, float* workspace,
                                                  unsigned* counters, int M, int N, int K) {
   (void)workspace;

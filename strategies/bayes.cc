@@ -407,7 +407,8 @@ bool BayesianOptimization::FillPool(Pool& pool) {
     for (std::size_t k = 0; k < order.size() && k < 5; ++k) {
       for (Config& nb :
            space_.Neighbours(observed_configs_[order[k].second], Space::Neighbourhood::kHamming)) {
-        if (seen_.count(nb) == 0 && pool.in.insert(nb).second) pool.configs.push_back(std::move(nb));
+        if (seen_.count(nb) == 0 && pool.in.insert(nb).second)
+          pool.configs.push_back(std::move(nb));
       }
     }
   }
@@ -428,7 +429,8 @@ void BayesianOptimization::LearnFromNominees(Eigen::Index d) {
   Eigen::MatrixXd xn(static_cast<Eigen::Index>(pending_nominees_.size()), d);
   for (std::size_t i = 0; i < pending_nominees_.size(); ++i) {
     for (Eigen::Index j = 0; j < d; ++j) {
-      xn(static_cast<Eigen::Index>(i), j) = pending_nominees_[i].second[static_cast<std::size_t>(j)];
+      xn(static_cast<Eigen::Index>(i), j) =
+          pending_nominees_[i].second[static_cast<std::size_t>(j)];
     }
   }
   Eigen::VectorXd mu;

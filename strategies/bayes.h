@@ -147,7 +147,7 @@ class BayesianOptimization final : public Strategy {
   std::vector<Config> all_;            // every valid configuration, when few enough
   std::vector<std::uint32_t> unseen_;  // indices into all_
   std::unordered_map<Config, std::uint32_t, ConfigHash> all_index_;  // all_'s, by configuration
-  std::vector<char> all_seen_;         // parallel to all_: in seen_
+  std::vector<char> all_seen_;                                       // parallel to all_: in seen_
   GaussianProcess gp_;
   // The success model: a second process on +1 (ok) / -1 (failed) labels
   // over every observation, with its own length scales (failing regions

@@ -112,11 +112,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                                                options.settings.begin()->first,
                                                "' (name the strategy to set its options)"));
     }
-    return MakeStrategy(
-        ResolveAutoStrategy(space, options.max_evaluations, HasWarmStart(space, options),
-                            options.time_limited),
-        space,
-        options);
+    return MakeStrategy(ResolveAutoStrategy(space, options.max_evaluations,
+                                            HasWarmStart(space, options), options.time_limited),
+                        space, options);
   }
   // Options: each strategy takes its own numbers.
   auto options_for =

@@ -49,8 +49,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
 // warm start: brute_force when the evaluation budget covers the space, or
 // when there is no budget at all (neither evaluations nor time); else
 // local with a warm start, else bayes.
-std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations,
-                                bool warm = false, bool time_limited = false);
+std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations, bool warm = false,
+                                bool time_limited = false);
 
 // Whether `options.prior` holds a successful configuration of `space`.
 bool HasWarmStart(const Space& space, const StrategyOptions& options);

@@ -259,7 +259,8 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
 
 std::optional<Failure> RemoteTune(const Connection& c, const Args& args, int* exit_code) {
   if (args.Has("timings")) {
-    return Failure{kExitInvalidInput, "--timings: only with --local (a daemon's GPU is open already)"};
+    return Failure{kExitInvalidInput,
+                   "--timings: only with --local (a daemon's GPU is open already)"};
   }
   v1::JobSpec spec;
   if (!args.positional().empty()) {

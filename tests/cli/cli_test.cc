@@ -202,8 +202,8 @@ TEST_F(CliTest, SeededRandomRunsAreReproducible) {
 // since the process started; refused for a daemon's job.
 TEST_F(CliTest, TimingsSayWhenEachStepOfTheStartWasDone) {
   const std::string cache = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
-  const RunResult r = Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--timings",
-                           "--db", Db()});
+  const RunResult r =
+      Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--timings", "--db", Db()});
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<double> at;
   std::size_t from = 0;
@@ -219,8 +219,8 @@ TEST_F(CliTest, TimingsSayWhenEachStepOfTheStartWasDone) {
   }
   EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << r.err;
   EXPECT_GE(at.front(), 0);
-  EXPECT_EQ(Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--db", Db()}).err.find(
-                "timings"),
+  EXPECT_EQ(Run({"tune", "--local", "--device", cache, "--max-evals", "3", "--db", Db()})
+                .err.find("timings"),
             std::string::npos);
   const RunResult remote = Run({"--server", "127.0.0.1:1", "tune", "--timings"});
   EXPECT_EQ(remote.code, 2);

@@ -8,14 +8,14 @@
 #include <string>
 
 #include "tests/testing/temp_dir.h"
+#include "tuner/base/rng.h"
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
-#include "tuner/device/cuda_device.h"
 #include "tuner/cuda/driver.h"
 #include "tuner/cuda/fill.h"
+#include "tuner/device/cuda_device.h"
 #include "tuner/measure/helper_kernels.h"
 #include "tuner/measure/measure_worker.h"
-#include "tuner/base/rng.h"
 #include "tuner/session/job.h"
 
 namespace ktune {

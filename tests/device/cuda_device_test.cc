@@ -9,10 +9,10 @@
 #include <stdlib.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
-#include <memory>
 #include <string>
 
 #include "strategies/registry.h"
@@ -72,7 +72,8 @@ class CudaDeviceTest : public ::testing::Test {
     o.compile_timeout = compile_timeout;
     o.cache_dir = tmp_.File("cubin");
     o.watchdog_slack = std::chrono::milliseconds(100);
-    absl::StatusOr<std::unique_ptr<CudaDevice>> d = CudaDevice::Open((*gpus)[0], o, std::move(lister));
+    absl::StatusOr<std::unique_ptr<CudaDevice>> d =
+        CudaDevice::Open((*gpus)[0], o, std::move(lister));
     ASSERT_TRUE(d.ok()) << d.status();
     device_ = *std::move(d);
   }

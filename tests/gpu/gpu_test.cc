@@ -428,17 +428,16 @@ TEST_F(GpuTest, AConstantMemoryFilterTunesAndVerifies) {
 // memory, in a kernel with a static shared variable too (split-K's flag),
 // needs the opt-in past 48 KiB in all; it launches and verifies.
 TEST_F(GpuTest, FortyEightKiBOfDynamicSharedMemoryBesideStaticLaunches) {
-  const Job job = LoadJob("sgemm_large", {{"M", 1024}, {"N", 1024}, {"K", 1024}},
-                          [](v1::JobSpec& spec) {
-                            const std::map<std::string, std::int64_t> one = {
-                                {"BM", 256}, {"BN", 64},    {"BK", 16}, {"WM", 128},
-                                {"WN", 32},  {"WNITER", 1}, {"TM", 4},  {"TN", 4},
-                                {"STAGES", 2}, {"VEC", 4},  {"SPLITK", 4}, {"UNROLL", 8}};
-                            for (v1::Parameter& p : *spec.mutable_parameters()) {
-                              p.mutable_ints()->Clear();
-                              p.mutable_ints()->Add(one.at(p.name()));
-                            }
-                          });
+  const Job job =
+      LoadJob("sgemm_large", {{"M", 1024}, {"N", 1024}, {"K", 1024}}, [](v1::JobSpec& spec) {
+        const std::map<std::string, std::int64_t> one = {
+            {"BM", 256}, {"BN", 64}, {"BK", 16},    {"WM", 128}, {"WN", 32},    {"WNITER", 1},
+            {"TM", 4},   {"TN", 4},  {"STAGES", 2}, {"VEC", 4},  {"SPLITK", 4}, {"UNROLL", 8}};
+        for (v1::Parameter& p : *spec.mutable_parameters()) {
+          p.mutable_ints()->Clear();
+          p.mutable_ints()->Add(one.at(p.name()));
+        }
+      });
   const SessionResult r = Tune(job, "brute_force");
   ASSERT_EQ(r.progress.evaluations, 1);
   for (const auto& [key, m] : Measurements(r.job.id)) {

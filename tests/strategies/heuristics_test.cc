@@ -174,7 +174,8 @@ TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
   };
   auto neighbours = [&](const std::string& key) {
     std::set<std::string> out;
-    for (const Config& nb : space.Neighbours(*space.ParseKey(key), Space::Neighbourhood::kHamming)) {
+    for (const Config& nb :
+         space.Neighbours(*space.ParseKey(key), Space::Neighbourhood::kHamming)) {
       out.insert(space.Key(nb));
     }
     return out;
@@ -202,7 +203,8 @@ TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
         }
       }
       const bool stalled = !measured.empty() && i >= improved_at + 3 && i >= 4;
-      const bool due = stalled && !open.empty() && (limit == 0 || polished < static_cast<std::size_t>(limit));
+      const bool due =
+          stalled && !open.empty() && (limit == 0 || polished < static_cast<std::size_t>(limit));
       if (due) {
         EXPECT_EQ(open.count(run.keys[i]), 1u) << "pick " << i << " " << run.keys[i];
         ++polished;

@@ -85,7 +85,7 @@ int RunFakeMeasureWorker() {
     v1::WorkerResponse response;
     bool exit_after = false;
     if (const char* log = std::getenv("KTUNE_FAKE_WORKER_LOG"); log != nullptr) {
-      const char* kind = request.has_list_devices() ? "list"
+      const char* kind = request.has_list_devices()  ? "list"
                          : request.has_init_device() ? "open"
                          : request.has_setup()       ? "setup"
                                                      : "candidate";

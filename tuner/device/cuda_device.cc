@@ -26,7 +26,7 @@ std::string Lower(std::string s) {
 }  // namespace
 
 absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> ListCudaDevices(const WorkerProgram& program,
-                                                                   std::optional<Subprocess>* keep) {
+                                                                  std::optional<Subprocess>* keep) {
   absl::StatusOr<Subprocess> worker = Subprocess::Start(program.Argv("measure"));
   if (!worker.ok()) return worker.status();
   v1::WorkerRequest req;

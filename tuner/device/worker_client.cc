@@ -81,8 +81,8 @@ absl::Status WorkerClient::AwaitOutstanding(const char* during) {
     --outstanding_;
     if (!resp.error().empty()) {
       Drop();
-      return absl::FailedPreconditionError(
-          StrCat(bound_ ? "setting up the GPU failed: " : "opening the GPU failed: ", resp.error()));
+      return absl::FailedPreconditionError(StrCat(
+          bound_ ? "setting up the GPU failed: " : "opening the GPU failed: ", resp.error()));
     }
   }
   return absl::OkStatus();
