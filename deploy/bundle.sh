@@ -3,8 +3,8 @@
 # they need except the C library family, libstdc++/libgcc_s (a newer system
 # has newer ones), the CUDA driver and NVRTC (taken from the machine it runs
 # on: ktune loads them at run time), and the CUDA runtime and cuBLAS that
-# only cublas_bench links (the GPU machine's toolkit has them). This is how ktune runs on GPU nodes
-# without the development packages.
+# only cublas_bench links (the GPU machine's toolkit has them). This is how
+# ktune runs on GPU nodes without the development packages.
 #
 #   deploy/bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build/default bundle)
 #

@@ -59,8 +59,9 @@ struct BayesOptions {
   // a region is slow because part of it fails (see README for the scores).
   bool failures_in_objective = false;
   // After this many evaluations without a new best (0: never), the picks
-  // come from the unmeasured one-parameter neighbours of the best so far
-  // (by the same acquisition) until it has none left or a pick improves
+  // come from the unmeasured configurations within polish_radius parameter
+  // changes of the best so far (by the same acquisition), until
+  // polish_limit of them were measured, none is left, or a pick improves
   // on it: a search that stalls near the optimum measures the optimum's
   // neighbourhood rather than wandering off.
   // 4, with polish_radius 2 and polish_limit 8: over 14 recorded spaces and
@@ -102,9 +103,12 @@ class BayesianOptimization final : public Strategy {
   // A round's candidates, encoded; true when sampled from a large space.
   bool FillPool(Pool& pool);
   // While polishing (see BayesOptions::polish): the incumbent's unmeasured
-  // one-parameter neighbours as the round's candidates; false when it is
-  // not time to or there are none.
+  // neighbours within polish_radius changes as the round's candidates;
+  // false when it is not time to or there are none.
   bool FillPolishPool(Pool& pool);
+  // Marks `config` proposed or measured: in seen_, and in all_seen_ when
+  // listed (so a round's candidates need no hashing of the whole list).
+  void MarkSeen(const Config& config);
   void EncodeRows(Pool& pool, Eigen::Index from) const;
   // Sizes the pool's matrix to its configurations and encodes them all.
   void EncodePool(Pool& pool) const;
@@ -140,10 +144,6 @@ class BayesianOptimization final : public Strategy {
   std::vector<Observation> observations_;
   std::vector<Config> observed_configs_;  // parallel to observations_
   std::vector<Observation> prior_failures_;
-  // Marks `config` proposed or measured: in seen_, and in all_seen_ when
-  // listed (so a round's candidates need no hashing of the whole list).
-  void MarkSeen(const Config& config);
-
   std::vector<Config> all_;            // every valid configuration, when few enough
   std::vector<std::uint32_t> unseen_;  // indices into all_
   std::unordered_map<Config, std::uint32_t, ConfigHash> all_index_;  // all_'s, by configuration

@@ -131,6 +131,25 @@ Json CurvePoints(const std::vector<double>& curve) {
   return out;
 }
 
+// A time curve, (seconds, ms) points, as [[s, ms], ...].
+Json TimeCurveJson(const std::vector<std::pair<double, double>>& curve) {
+  Json out = Json::MakeArray();
+  for (const auto& [t, v] : curve) {
+    Json p = Json::MakeArray();
+    p.Push(t);
+    p.Push(v);
+    out.Push(std::move(p));
+  }
+  return out;
+}
+
+template <typename T>
+Json ArrayJson(const std::vector<T>& values) {
+  Json out = Json::MakeArray();
+  for (const T& v : values) out.Push(v);
+  return out;
+}
+
 // The comparison as ktune evaluate --html writes it: the dashboard's
 // strategy page, its data inside.
 class EvaluationPage {
@@ -160,17 +179,8 @@ class EvaluationPage {
     r.Set("longScore", sc.long_score);  // NaN (short runs only) is written as null
     r.Set("curve", CurvePoints(sc.mean_curve));
     if (!sc.time_curve.empty()) {
-      Json curve = Json::MakeArray();
-      for (const auto& [t, v] : sc.time_curve) {
-        Json p = Json::MakeArray();
-        p.Push(t);
-        p.Push(v);
-        curve.Push(std::move(p));
-      }
-      Json best = Json::MakeArray();
-      for (double v : sc.final_best) best.Push(v);
-      r.Set("timeCurve", std::move(curve));
-      r.Set("finalBest", std::move(best));
+      r.Set("timeCurve", TimeCurveJson(sc.time_curve));
+      r.Set("finalBest", ArrayJson(sc.final_best));
     }
     for (auto& [key, value] : space.as_object()) {
       if (key == "results") value.Push(std::move(r));
@@ -245,19 +255,10 @@ void PrintTimedSpace(const std::string& label, const ScoreBaseline& baseline, do
 Json TimedResultJson(const StrategyScore& sc) {
   Json r = Json::MakeObject();
   r.Set("strategy", sc.strategy);
-  Json best = Json::MakeArray(), evals = Json::MakeArray(), curve = Json::MakeArray();
-  for (double v : sc.final_best) best.Push(v);
-  for (std::int64_t v : sc.final_evaluations) evals.Push(v);
-  for (const auto& [t, v] : sc.time_curve) {
-    Json p = Json::MakeArray();
-    p.Push(t);
-    p.Push(v);
-    curve.Push(std::move(p));
-  }
   r.Set("median_final_ms", MedianOf(sc.final_best));
-  r.Set("final_best_ms", std::move(best));
-  r.Set("final_evaluations", std::move(evals));
-  r.Set("time_curve", std::move(curve));
+  r.Set("final_best_ms", ArrayJson(sc.final_best));
+  r.Set("final_evaluations", ArrayJson(sc.final_evaluations));
+  r.Set("time_curve", TimeCurveJson(sc.time_curve));
   r.Set("ms_per_proposal", sc.time_per_proposal.count());
   return r;
 }
@@ -449,7 +450,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         StrategyOptions so;
         so.prior = prior;
         so.seed = s;
-        if (options.max_recorded_time.count() > 0) {
+        if (timed) {
           so.time_limited = true;
         } else {
           so.max_evaluations = baseline.long_budget();

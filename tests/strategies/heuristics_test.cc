@@ -162,9 +162,9 @@ TEST(StrategiesTest, FailuresBesideTheOptimumDoNotHideIt) {
 }
 
 // Polishing: once `polish` evaluations bring no new best, bayes's picks
-// are unmeasured one-parameter neighbours of the best so far until it has
-// none left; with polish_limit, at most that many such picks per best,
-// then the global search again.
+// are unmeasured configurations within polish_radius parameter changes of
+// the best so far until none is left; with polish_limit, at most that many
+// such picks per best, then the global search again.
 TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
   const Space space = Bowl();
   // The bowl without ties, so that "the best" is one configuration.
