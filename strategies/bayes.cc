@@ -189,7 +189,7 @@ std::vector<const BayesianOptimization::Observation*> BayesianOptimization::Mode
   }
   const std::size_t best = std::min(ok.size(), kMaxModelRows / 2);
   std::partial_sort(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(best), ok.end(),
-                    [](const Observation* a, const Observation* b) { return a->y < b->y; });
+                    [](const Observation* a, const Observation* b) { return a->loss < b->loss; });
   std::unordered_set<const Observation*> chosen(ok.begin(),
                                                 ok.begin() + static_cast<std::ptrdiff_t>(best));
   for (auto it = used.rbegin(); it != used.rend() && chosen.size() < kMaxModelRows; ++it) {
@@ -206,7 +206,7 @@ std::vector<const BayesianOptimization::Observation*> BayesianOptimization::Mode
 void BayesianOptimization::Refit() {
   double worst = -std::numeric_limits<double>::infinity();
   for (const Observation& o : observations_) {
-    if (o.ok) worst = std::max(worst, o.y);
+    if (o.ok) worst = std::max(worst, scale_(o.loss));
   }
   // The time model learns from successes; failures are the success
   // model's. They also enter the time model, at the worst successful value
@@ -228,7 +228,7 @@ void BayesianOptimization::Refit() {
     for (Eigen::Index j = 0; j < d; ++j) {
       x(i, j) = encoder_.dims() == 0 ? 0.0 : o.x[static_cast<std::size_t>(j)];
     }
-    y(i) = o.ok ? o.y : worst;
+    y(i) = o.ok ? scale_(o.loss) : worst;
   }
   if (options_.warp) {
     // Output warping: each value replaced by the normal quantile of its
@@ -401,7 +401,7 @@ bool BayesianOptimization::FillPool(Pool& pool) {
     pool.in.insert(pool.configs.begin(), pool.configs.end());
     std::vector<std::pair<double, std::size_t>> order;
     for (std::size_t i = 0; i < observations_.size(); ++i) {
-      if (observations_[i].ok) order.emplace_back(observations_[i].y, i);
+      if (observations_[i].ok) order.emplace_back(observations_[i].loss, i);
     }
     std::sort(order.begin(), order.end());
     for (std::size_t k = 0; k < order.size() && k < 5; ++k) {
@@ -594,11 +594,15 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
 void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
   Observation o;
   o.x = encoder_.Encode(config);
-  o.ok = outcome.ok() && std::isfinite(outcome.loss) && outcome.loss > 0;
-  o.y = o.ok ? std::log(outcome.loss) : 0;
-  if (o.ok && (!incumbent_ || o.y < incumbent_y_)) {
+  // Any finite loss is a success: a maximised objective's are negative.
+  o.ok = outcome.ok() && std::isfinite(outcome.loss);
+  if (o.ok) {
+    o.loss = outcome.loss;
+    scale_.Note(o.loss);
+  }
+  if (o.ok && (!incumbent_ || o.loss < incumbent_loss_)) {
     incumbent_ = config;
-    incumbent_y_ = o.y;
+    incumbent_loss_ = o.loss;
     improved_at_ = observations_.size() + 1;
     polished_ = 0;
   }

@@ -1,7 +1,8 @@
 // Bayesian optimisation over a discrete, constrained space.
 //
 // A Gaussian process (Matern 5/2, one length scale per dimension, fitted by
-// marginal likelihood) models the log of the loss. Failed configurations
+// marginal likelihood) models the log of the loss (LossScale: a maximised
+// objective's negated values keep their order). Failed configurations
 // enter it at the worst successful value (a gentle penalty, never the huge
 // times that would flatten the rest), and a second Gaussian process over
 // +1/-1 labels estimates the probability that a configuration succeeds,
@@ -91,7 +92,7 @@ class BayesianOptimization final : public Strategy {
  private:
   struct Observation {
     std::vector<double> x;
-    double y = 0;  // log loss (ok only)
+    double loss = 0;  // ok only; the model sees scale_(loss)
     bool ok = false;
   };
 
@@ -157,6 +158,7 @@ class BayesianOptimization final : public Strategy {
   double label_mean_ = 0;
   std::size_t fitted_on_ = 0;
   std::size_t feasibility_fitted_on_ = 0;
+  LossScale scale_;  // the time model's scale for the losses
   double y_mean_ = 0, y_scale_ = 1;
   double best_standardised_ = 0;  // the best observation in model units
   int initial_ = 0;
@@ -164,7 +166,7 @@ class BayesianOptimization final : public Strategy {
   // The best success so far (the incumbent) and when it was measured, in
   // observations.
   std::optional<Config> incumbent_;
-  double incumbent_y_ = 0;
+  double incumbent_loss_ = 0;
   std::size_t improved_at_ = 0;
   int polished_ = 0;  // polishing picks since the incumbent was found
   // Hedge over acquisitions: EI, PI, LCB.

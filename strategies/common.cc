@@ -1,6 +1,8 @@
 #include "strategies/common.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 namespace ktune {
@@ -71,6 +73,27 @@ void TakeWarm(const Space& space, std::deque<Config>& warm, ConfigSet& seen, std
     warm.pop_front();
     if (space.IsValid(c) && seen.insert(c).second) out.push_back(std::move(c));
   }
+}
+
+double LossOf(const Outcome& outcome) {
+  return outcome.ok() && std::isfinite(outcome.loss) ? outcome.loss
+                                                     : std::numeric_limits<double>::infinity();
+}
+
+bool LossScale::Note(double loss) {
+  if (linear_) return false;
+  const int sign = loss > 0 ? 1 : (loss < 0 ? -1 : 0);
+  if (sign != 0 && (sign_ == 0 || sign == sign_)) {
+    sign_ = sign;
+    return false;
+  }
+  linear_ = true;
+  return true;
+}
+
+double LossScale::operator()(double loss) const {
+  if (linear_) return loss;
+  return loss > 0 ? std::log(loss) : -std::log(-loss);
 }
 
 }  // namespace ktune

@@ -36,6 +36,29 @@ std::optional<Config> Repair(const Space& space, Rng& rng, const Config& config,
 void TakeWarm(const Space& space, std::deque<Config>& warm, ConfigSet& seen, std::size_t n,
               std::vector<Config>& out);
 
+// An outcome's loss, or +infinity for a failure or a loss that is not a
+// number: what the search heuristics compare.
+double LossOf(const Outcome& outcome);
+
+// The scale on which the model-based strategies compare losses: their
+// logarithm, so that twice as slow counts the same at any speed. A time is
+// positive (log(loss)); a maximised objective arrives negated (GB/s as
+// -GB/s, and -log(-loss) keeps that order). An objective whose values take
+// both signs, or zero, has no logarithm that keeps the order: once one
+// such loss is noted, losses are compared as they are.
+class LossScale {
+ public:
+  // Notes a successful, finite loss; true when it moved the scale from the
+  // logarithm to the losses themselves (values mapped before are stale).
+  bool Note(double loss);
+  double operator()(double loss) const;
+  bool linear() const { return linear_; }
+
+ private:
+  int sign_ = 0;  // the sign of every loss noted so far; 0 before the first
+  bool linear_ = false;
+};
+
 }  // namespace ktune
 
 #endif  // KTUNE_STRATEGIES_COMMON_H_

@@ -6,14 +6,6 @@
 
 namespace ktune {
 
-namespace {
-
-double LogLoss(const Outcome& o) {
-  return o.ok() && o.loss > 0 ? std::log(o.loss) : std::numeric_limits<double>::infinity();
-}
-
-}  // namespace
-
 SimulatedAnnealing::SimulatedAnnealing(const Space& space, std::uint64_t seed, Options options)
     : space_(space),
       rng_(seed),
@@ -46,7 +38,8 @@ std::vector<Config> SimulatedAnnealing::Ask(std::size_t n) {
 
 void SimulatedAnnealing::Tell(const Config& config, const Outcome& outcome) {
   seen_.insert(config);
-  const double loss = LogLoss(outcome);
+  const double loss = LossOf(outcome);
+  if (std::isfinite(loss)) scale_.Note(loss);
   if (loss < best_loss_) {
     best_loss_ = loss;
     since_best_ = 0;
@@ -59,7 +52,9 @@ void SimulatedAnnealing::Tell(const Config& config, const Outcome& outcome) {
       current_loss_ = loss;
     }
   } else if (std::isfinite(loss)) {
-    const double delta = loss - current_loss_;
+    // Uphill moves are judged on the scale of the losses' logarithm (a
+    // relative change), whatever the speed.
+    const double delta = scale_(loss) - scale_(current_loss_);
     if (delta <= 0 || rng_.UniformDouble() < std::exp(-delta / std::max(temperature_, 1e-6))) {
       current_ = config;
       current_loss_ = loss;
@@ -136,7 +131,7 @@ std::vector<Config> LocalSearch::Ask(std::size_t n) {
 
 void LocalSearch::Tell(const Config& config, const Outcome& outcome) {
   seen_.insert(config);
-  const double loss = LogLoss(outcome);
+  const double loss = LossOf(outcome);
   if (loss < best_loss_) {
     best_loss_ = loss;
     best_ = config;

@@ -16,8 +16,9 @@
 
 namespace ktune {
 
-// Simulated annealing over one-parameter moves, on the log of the loss:
-// a worse move is accepted with probability exp(-increase / T); T cools
+// Simulated annealing over one-parameter moves, on the log of the loss
+// (LossScale): a worse move is accepted with probability exp(-increase /
+// T); T cools
 // geometrically and is reset when the search restarts (after `patience`
 // moves without a new best) from a random configuration. Not thread-safe.
 class SimulatedAnnealing final : public Strategy {
@@ -39,8 +40,9 @@ class SimulatedAnnealing final : public Strategy {
   ConfigSet seen_;
   std::deque<Config> warm_;
   std::optional<Config> current_;
-  double current_loss_ = 0;
+  double current_loss_ = 0;  // losses as told (LossOf)
   double best_loss_;
+  LossScale scale_;
   double temperature_;
   int since_best_ = 0;
 };
