@@ -80,15 +80,10 @@ double LossOf(const Outcome& outcome) {
                                                      : std::numeric_limits<double>::infinity();
 }
 
-bool LossScale::Note(double loss) {
-  if (linear_) return false;
+void LossScale::Note(double loss) {
   const int sign = loss > 0 ? 1 : (loss < 0 ? -1 : 0);
-  if (sign != 0 && (sign_ == 0 || sign == sign_)) {
-    sign_ = sign;
-    return false;
-  }
-  linear_ = true;
-  return true;
+  if (sign == 0 || (sign_ != 0 && sign != sign_)) linear_ = true;
+  if (sign_ == 0) sign_ = sign;
 }
 
 double LossScale::operator()(double loss) const {

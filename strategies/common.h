@@ -48,11 +48,10 @@ double LossOf(const Outcome& outcome);
 // such loss is noted, losses are compared as they are.
 class LossScale {
  public:
-  // Notes a successful, finite loss; true when it moved the scale from the
-  // logarithm to the losses themselves (values mapped before are stale).
-  bool Note(double loss);
+  // Notes a successful, finite loss. Values mapped before a loss of the
+  // other sign (or zero) was noted are on the old scale: map them again.
+  void Note(double loss);
   double operator()(double loss) const;
-  bool linear() const { return linear_; }
 
  private:
   int sign_ = 0;  // the sign of every loss noted so far; 0 before the first

@@ -17,10 +17,10 @@
 namespace ktune {
 
 // Simulated annealing over one-parameter moves, on the log of the loss
-// (LossScale): a worse move is accepted with probability exp(-increase /
-// T); T cools
-// geometrically and is reset when the search restarts (after `patience`
-// moves without a new best) from a random configuration. Not thread-safe.
+// (LossScale): a worse move is accepted with probability
+// exp(-increase / T); T cools geometrically and is reset when the search
+// restarts (after `patience` moves without a new best) from a random
+// configuration. Not thread-safe.
 class SimulatedAnnealing final : public Strategy {
  public:
   struct Options {

@@ -138,24 +138,27 @@ TEST(StrategiesTest, AMaximisedObjectiveIsSearchedAsWellAsATime) {
 
 TEST(StrategiesTest, LossScaleIsALogarithmInTheLossesOrder) {
   LossScale times;
-  EXPECT_FALSE(times.Note(2.0));
-  EXPECT_FALSE(times.Note(8.0));
+  times.Note(2.0);
+  times.Note(8.0);
   EXPECT_DOUBLE_EQ(times(8.0) - times(2.0), std::log(4.0));
   LossScale throughputs;  // -GB/s
-  EXPECT_FALSE(throughputs.Note(-400.0));
-  EXPECT_FALSE(throughputs.Note(-100.0));
+  throughputs.Note(-400.0);
+  throughputs.Note(-100.0);
   EXPECT_LT(throughputs(-400.0), throughputs(-100.0));
   EXPECT_DOUBLE_EQ(throughputs(-100.0) - throughputs(-400.0), std::log(4.0));
-  EXPECT_FALSE(throughputs.linear());
   // Both signs: no logarithm keeps the order, the losses are compared as
-  // they are.
-  EXPECT_TRUE(throughputs.Note(3.0));
-  EXPECT_TRUE(throughputs.linear());
-  EXPECT_FALSE(throughputs.Note(-1.0));
+  // they are, from then on.
+  throughputs.Note(3.0);
   EXPECT_DOUBLE_EQ(throughputs(3.0), 3.0);
+  throughputs.Note(-1.0);
+  EXPECT_DOUBLE_EQ(throughputs(-400.0), -400.0);
   LossScale zero;
-  EXPECT_TRUE(zero.Note(0.0));
+  zero.Note(0.0);
   EXPECT_DOUBLE_EQ(zero(-2.0), -2.0);
+  LossScale zero_later;
+  zero_later.Note(5.0);
+  zero_later.Note(0.0);
+  EXPECT_DOUBLE_EQ(zero_later(5.0), 5.0);
 }
 
 TEST(StrategiesTest, LearnWhereMostConfigurationsFail) {
