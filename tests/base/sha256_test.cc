@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
+#include <utility>
 
 namespace ktune {
 namespace {
@@ -23,14 +25,26 @@ TEST(Sha256Test, IncrementalEqualsOneShot) {
     Sha256 h;
     h.Update(std::string_view(text).substr(0, split));
     h.Update(std::string_view(text).substr(split));
-    std::string hex;
-    for (auto b : h.Finish()) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      hex.push_back(kHex[b >> 4]);
-      hex.push_back(kHex[b & 15]);
-    }
-    EXPECT_EQ(hex, Sha256Hex(text)) << split;
+    EXPECT_EQ(h.FinishHex(), Sha256Hex(text)) << split;
   }
+}
+
+TEST(Sha256Test, DigestBytesMatchTheHex) {
+  Sha256 h;
+  h.Update("abc");
+  const std::array<std::uint8_t, 32> digest = h.Finish();
+  EXPECT_EQ(digest[0], 0xba);
+  EXPECT_EQ(digest[31], 0xad);
+}
+
+// A hasher moved from carries its state: what was hashed before the move
+// counts.
+TEST(Sha256Test, AMovedHasherKeepsItsState) {
+  Sha256 a;
+  a.Update("ab");
+  Sha256 b = std::move(a);
+  b.Update("c");
+  EXPECT_EQ(b.FinishHex(), Sha256Hex("abc"));
 }
 
 }  // namespace

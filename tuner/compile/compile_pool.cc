@@ -41,13 +41,7 @@ std::string CompileCache::Key(const v1::CompileRequest& request, const std::stri
   field(request.is_name_expression() ? "name" : "plain");
   field(request.source());
   for (const std::string& o : request.options()) field(o);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string key;
-  for (std::uint8_t b : h.Finish()) {
-    key.push_back(kHex[b >> 4]);
-    key.push_back(kHex[b & 15]);
-  }
-  return key;
+  return h.FinishHex();
 }
 
 std::optional<v1::CompileResult> CompileCache::Get(const std::string& key) {

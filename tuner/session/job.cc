@@ -644,14 +644,7 @@ std::string ComputeJobId(const Job& job, const DeviceInfo& device) {
   h.Update(job.source_hash);
   h.Update(std::string_view("\0", 1));
   h.Update(device.uuid);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id;
-  for (std::uint8_t b : h.Finish()) {
-    id.push_back(kHex[b >> 4]);
-    id.push_back(kHex[b & 15]);
-    if (id.size() >= 16) break;
-  }
-  return id;
+  return h.FinishHex().substr(0, 16);
 }
 
 }  // namespace ktune
