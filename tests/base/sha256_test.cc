@@ -29,7 +29,7 @@ TEST(Sha256Test, IncrementalEqualsOneShot) {
   }
 }
 
-TEST(Sha256Test, DigestBytesMatchTheHex) {
+TEST(Sha256Test, FinishReturnsTheDigestsBytes) {
   Sha256 h;
   h.Update("abc");
   const std::array<std::uint8_t, 32> digest = h.Finish();

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/escaping.h"
+
 namespace ktune {
 namespace {
 
@@ -38,14 +40,9 @@ std::array<std::uint8_t, 32> Sha256::Finish() {
 }
 
 std::string Sha256::FinishHex() {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(64);
-  for (std::uint8_t b : Finish()) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+  const std::array<std::uint8_t, 32> digest = Finish();
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
 std::string Sha256Hex(std::string_view bytes) {
