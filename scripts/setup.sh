@@ -14,7 +14,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libboost-dev libsqlite3-dev zlib1g-dev libeigen3-dev libpq-dev
-  prometheus-cpp-dev libssl-dev libgtest-dev libgmock-dev python3 git
+  prometheus-cpp-dev libssl-dev nlohmann-json3-dev libgtest-dev libgmock-dev python3 git
 )
 # What the tests run: a real PostgreSQL, promtool (in prometheus) and
 # Chromium for the dashboard, sanitizers, fuzzers and the checks.

@@ -42,18 +42,24 @@ struct BadCase {
 };
 
 TEST(JsonTest, ErrorsGiveLineAndColumn) {
+  // The position is that of the offending character (the last one read).
   const BadCase cases[] = {
-      {"{\"a\": 1,\n \"b\": }", "line 2, column 7: unexpected character '}'"},
-      {"[1, 2", "line 1, column 6: unexpected end of input"},
-      {"{\"a\" 1}", "line 1, column 6: expected ':'"},
-      {"not json", "line 1, column 1: unexpected character 'n'"},
-      {"[1] x", "line 1, column 5: unexpected text after the JSON value"},
-      {"\"abc", "unterminated string"},
-      {"[01]", "expected ',' or ']'"},
-      {"[1.]", "digits expected after '.'"},
-      {"[1e999]", "number out of range"},
-      {"\"\\ud800\"", "unpaired surrogate"},
-      {"", "unexpected end of input"},
+      {"{\"a\": 1,\n \"b\": }",
+       "line 2, column 7: syntax error while parsing value - unexpected '}'"},
+      {"[1, 2", "line 1, column 6: syntax error while parsing array - unexpected end of input"},
+      {"{\"a\" 1}", "line 1, column 6: syntax error while parsing object separator"},
+      {"not json", "line 1, column 2: syntax error while parsing value - invalid literal"},
+      {"[1] x", "line 1, column 5: "},
+      {"\"abc",
+       "line 1, column 5: syntax error while parsing value - invalid string: missing closing "
+       "quote"},
+      {"[01]", "line 1, column 3: syntax error while parsing array"},
+      {"[1.]", "expected digit after '.'"},
+      {"[1e999]", "line 1, column 6: number overflow parsing '1e999'"},
+      {"\"\\ud800\"", "surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF"},
+      {"\"\xff\"", "ill-formed UTF-8 byte"},
+      {"\"a\x01\"", "control character U+0001 (SOH) must be escaped"},
+      {"", "line 1, column 1: syntax error while parsing value - unexpected end of input"},
   };
   for (const BadCase& c : cases) {
     absl::StatusOr<Json> j = ParseJson(c.text);
@@ -66,7 +72,21 @@ TEST(JsonTest, DeepNestingIsRefused) {
   const std::string deep(100000, '[');
   absl::StatusOr<Json> j = ParseJson(deep);
   ASSERT_FALSE(j.ok());
-  EXPECT_THAT(std::string(j.status().message()), HasSubstr("nesting deeper"));
+  EXPECT_EQ(j.status().message(), "line 1, column 257: nesting deeper than 256 levels");
+  // Brackets inside strings do not count, and 256 levels are fine.
+  std::string ok = "{\"[[[\": " + std::string(255, '[') + std::string(255, ']') + "}";
+  EXPECT_TRUE(ParseJson(ok).ok()) << ParseJson(ok).status();
+  absl::StatusOr<Json> nested = ParseJson("\n{\"a\\\"[\": " + std::string(256, '['));
+  ASSERT_FALSE(nested.ok());
+  EXPECT_THAT(std::string(nested.status().message()), HasSubstr("line 2, column 265: nesting"));
+}
+
+TEST(JsonTest, DuplicateNamesAreKeptInOrderAndFindGivesTheFirst) {
+  absl::StatusOr<Json> j = ParseJson(R"({"a": 1, "b": 2, "a": 3})");
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_EQ(j->as_object().size(), 3u);
+  EXPECT_EQ(j->as_object()[2].first, "a");
+  EXPECT_EQ(j->Find("a")->as_int(), 1);
 }
 
 TEST(JsonTest, DumpRoundTrips) {

@@ -621,7 +621,8 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
     std::vector<std::string> args;
     const char* message;
   } cases[] = {
-      {{spec("a.json", "this is not json")}, "not valid JSON: line 1, column 1"},
+      {{spec("a.json", "this is not json")},
+       "not valid JSON: line 1, column 2: syntax error while parsing value - invalid literal"},
       {{spec("b.json", R"({"kernel": {"name": "k"}, "paramters": []})")},
        "paramters: no field of that name in JobSpec; did you mean parameters?"},
       {{spec("c.json", R"({"kernel": {"name": "k"}, "parameters": [{"name": 5}]})")},

@@ -149,7 +149,9 @@ TEST(RecordedSpaceTest, MalformedFilesNameTheField) {
   const std::string head =
       R"({"tune_params_keys": ["a"], "tune_params": {"a": [1, 2]}, "cache": {)";
   const BadFile cases[] = {
-      {"this is not json", "bad.json: not valid JSON: line 1, column 1"},
+      {"this is not json",
+       "bad.json: not valid JSON: line 1, column 2: syntax error while parsing value - invalid "
+       "literal"},
       {"[1, 2]", "expected a JSON object at the top level"},
       {"{\"x\": 1}", "neither a Kernel Tuner cache"},
       {R"({"tune_params": {}, "cache": {}})", "tune_params_keys: expected a non-empty array"},

@@ -2,7 +2,9 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <system_error>
 
 #include "absl/status/status.h"
@@ -140,312 +142,150 @@ void Json::DumpTo(std::string& out, int indent, int depth) const {
 
 namespace {
 
-// Recursive-descent parser over a string_view. Nesting is bounded so that a
-// hostile document cannot exhaust the stack.
-class Parser {
+constexpr int kMaxDepth = 256;
+
+// Builds a Json from nlohmann's SAX events (its parser, tested and fuzzed
+// far beyond what a parser of our own would be): members in document
+// order, duplicates kept, integers as int64 where they fit. Containers
+// under construction are on an explicit stack, bounded at kMaxDepth.
+class Builder {
  public:
-  explicit Parser(std::string_view text) : text_(text) {}
+  using Sax = nlohmann::json_sax<nlohmann::json>;
 
-  absl::StatusOr<Json> ParseDocument() {
-    SkipSpace();
-    Json value;
-    if (!ParseValue(value, 0)) return Error();
-    SkipSpace();
-    if (pos_ != text_.size()) {
-      Fail("unexpected text after the JSON value");
-      return Error();
+  bool null() { return Value(Json()); }
+  bool boolean(bool b) { return Value(Json(b)); }
+  bool number_integer(Sax::number_integer_t v) { return Value(Json(static_cast<std::int64_t>(v))); }
+  bool number_unsigned(Sax::number_unsigned_t v) {
+    // Beyond int64: a double, as for integers too large for any type.
+    if (v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      return Value(Json(static_cast<double>(v)));
     }
-    return value;
+    return Value(Json(static_cast<std::int64_t>(v)));
   }
-
- private:
-  static constexpr int kMaxDepth = 256;
-
-  bool Fail(std::string what) {
-    if (error_.empty()) {
-      error_ = std::move(what);
-      error_pos_ = pos_;
-    }
+  bool number_float(Sax::number_float_t v, const Sax::string_t& /*text*/) { return Value(Json(v)); }
+  bool string(Sax::string_t& s) { return Value(Json(std::move(s))); }
+  bool binary(Sax::binary_t& /*bytes*/) { return false; }  // not produced by JSON text
+  bool start_object(std::size_t /*size*/) { return Open(Json::MakeObject()); }
+  bool key(Sax::string_t& name) {
+    keys_.back() = std::move(name);
+    return true;
+  }
+  bool end_object() { return Close(); }
+  bool start_array(std::size_t /*size*/) { return Open(Json::MakeArray()); }
+  bool end_array() { return Close(); }
+  bool parse_error(std::size_t byte, const std::string& /*token*/,
+                   const nlohmann::detail::exception& e) {
+    error_ = e.what();
+    error_byte_ = byte;
     return false;
   }
 
-  absl::Status Error() const {
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < error_pos_ && i < text_.size(); ++i) {
-      if (text_[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    return absl::InvalidArgumentError(StrCat("line ", line, ", column ", column, ": ", error_));
-  }
+  bool too_deep() const { return too_deep_; }
+  const std::string& error() const { return error_; }
+  // Bytes read when the error was found (its last character is the
+  // offending one).
+  std::size_t error_byte() const { return error_byte_; }
+  Json& root() { return root_; }
 
-  void SkipSpace() {
-    while (pos_ < text_.size()) {
-      const char c = text_[pos_];
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-      ++pos_;
-    }
-  }
-
-  bool Consume(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
-    return true;
-  }
-
-  bool ParseValue(Json& out, int depth) {
-    if (depth > kMaxDepth) return Fail("nesting deeper than 256 levels");
-    if (pos_ >= text_.size()) return Fail("unexpected end of input");
-    const char c = text_[pos_];
-    switch (c) {
-      case '{': return ParseObject(out, depth);
-      case '[': return ParseArray(out, depth);
-      case '"': {
-        std::string s;
-        if (!ParseString(s)) return false;
-        out = Json(std::move(s));
-        return true;
-      }
-      case 't':
-        if (Consume("true")) {
-          out = Json(true);
-          return true;
-        }
-        break;
-      case 'f':
-        if (Consume("false")) {
-          out = Json(false);
-          return true;
-        }
-        break;
-      case 'n':
-        if (Consume("null")) {
-          out = Json();
-          return true;
-        }
-        break;
-      default:
-        if (c == '-' || (c >= '0' && c <= '9')) return ParseNumber(out);
-    }
-    return Fail(StrCat("unexpected character '", std::string(1, c), "'"));
-  }
-
-  bool ParseObject(Json& out, int depth) {
-    ++pos_;  // '{'
-    Json::Object members;
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == '}') {
-      ++pos_;
-      out = Json(std::move(members));
-      return true;
-    }
-    while (true) {
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != '"') {
-        return Fail(pos_ >= text_.size() ? "unexpected end of input"
-                                         : "expected a member name in quotes");
-      }
-      std::string name;
-      if (!ParseString(name)) return false;
-      SkipSpace();
-      if (pos_ >= text_.size() || text_[pos_] != ':') {
-        return Fail("expected ':' after a member name");
-      }
-      ++pos_;
-      SkipSpace();
-      Json value;
-      if (!ParseValue(value, depth + 1)) return false;
-      members.emplace_back(std::move(name), std::move(value));
-      SkipSpace();
-      if (pos_ >= text_.size()) return Fail("unexpected end of input");
-      if (text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (text_[pos_] == '}') {
-        ++pos_;
-        out = Json(std::move(members));
-        return true;
-      }
-      return Fail("expected ',' or '}' in an object");
-    }
-  }
-
-  bool ParseArray(Json& out, int depth) {
-    ++pos_;  // '['
-    Json::Array items;
-    SkipSpace();
-    if (pos_ < text_.size() && text_[pos_] == ']') {
-      ++pos_;
-      out = Json(std::move(items));
-      return true;
-    }
-    while (true) {
-      SkipSpace();
-      Json value;
-      if (!ParseValue(value, depth + 1)) return false;
-      items.push_back(std::move(value));
-      SkipSpace();
-      if (pos_ >= text_.size()) return Fail("unexpected end of input");
-      if (text_[pos_] == ',') {
-        ++pos_;
-        continue;
-      }
-      if (text_[pos_] == ']') {
-        ++pos_;
-        out = Json(std::move(items));
-        return true;
-      }
-      return Fail("expected ',' or ']' in an array");
-    }
-  }
-
-  static void AppendUtf8(std::string& s, std::uint32_t cp) {
-    if (cp < 0x80) {
-      s.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+ private:
+  bool Value(Json v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+    } else if (open_.back().is_array()) {
+      open_.back().Push(std::move(v));
     } else {
-      s.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  bool ParseHex4(std::uint32_t& v) {
-    if (pos_ + 4 > text_.size()) return Fail("truncated \\u escape");
-    v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= static_cast<std::uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= static_cast<std::uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= static_cast<std::uint32_t>(c - 'A' + 10);
-      else
-        return Fail("bad hex digit in \\u escape");
+      open_.back().Set(std::move(keys_.back()), std::move(v));
     }
     return true;
   }
-
-  bool ParseString(std::string& s) {
-    ++pos_;  // opening quote
-    while (true) {
-      // Copy the run of plain characters in one go.
-      const std::size_t start = pos_;
-      while (pos_ < text_.size() && text_[pos_] != '"' && text_[pos_] != '\\' &&
-             static_cast<unsigned char>(text_[pos_]) >= 0x20) {
-        ++pos_;
-      }
-      s.append(text_.data() + start, pos_ - start);
-      if (pos_ >= text_.size()) return Fail("unterminated string");
-      const char c = text_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return true;
-      }
-      if (c != '\\') return Fail("control character in a string");
-      ++pos_;
-      if (pos_ >= text_.size()) return Fail("unterminated string");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"': s.push_back('"'); break;
-        case '\\': s.push_back('\\'); break;
-        case '/': s.push_back('/'); break;
-        case 'b': s.push_back('\b'); break;
-        case 'f': s.push_back('\f'); break;
-        case 'n': s.push_back('\n'); break;
-        case 'r': s.push_back('\r'); break;
-        case 't': s.push_back('\t'); break;
-        case 'u': {
-          std::uint32_t cp;
-          if (!ParseHex4(cp)) return false;
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            std::uint32_t low;
-            if (!Consume("\\u") || !ParseHex4(low) || low < 0xDC00 || low >= 0xE000) {
-              return Fail("unpaired surrogate in \\u escape");
-            }
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          } else if (cp >= 0xDC00 && cp < 0xE000) {
-            return Fail("unpaired surrogate in \\u escape");
-          }
-          AppendUtf8(s, cp);
-          break;
-        }
-        default: --pos_; return Fail("bad escape in a string");
-      }
+  bool Open(Json container) {
+    if (open_.size() >= kMaxDepth) {
+      too_deep_ = true;
+      return false;
     }
-  }
-
-  bool ParseNumber(Json& out) {
-    const std::size_t start = pos_;
-    if (text_[pos_] == '-') ++pos_;
-    if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') {
-      return Fail("bad number");
-    }
-    if (text_[pos_] == '0') {
-      ++pos_;
-    } else {
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    }
-    bool integral = true;
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      integral = false;
-      ++pos_;
-      if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') {
-        return Fail("bad number: digits expected after '.'");
-      }
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      integral = false;
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-      if (pos_ >= text_.size() || text_[pos_] < '0' || text_[pos_] > '9') {
-        return Fail("bad number: digits expected in the exponent");
-      }
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-    }
-    const char* first = text_.data() + start;
-    const char* last = text_.data() + pos_;
-    if (integral) {
-      std::int64_t v;
-      auto [ptr, ec] = std::from_chars(first, last, v);
-      if (ec == std::errc() && ptr == last) {
-        out = Json(v);
-        return true;
-      }
-      // Too large for int64: fall through to double.
-    }
-    double d;
-    auto [ptr, ec] = std::from_chars(first, last, d);
-    if (ptr != last || ec != std::errc()) {
-      pos_ = start;
-      return Fail(ec == std::errc::result_out_of_range ? "number out of range" : "bad number");
-    }
-    out = Json(d);
+    open_.push_back(std::move(container));
+    keys_.emplace_back();
     return true;
   }
+  bool Close() {
+    Json done = std::move(open_.back());
+    open_.pop_back();
+    keys_.pop_back();
+    return Value(std::move(done));
+  }
 
-  std::string_view text_;
-  std::size_t pos_ = 0;
+  std::vector<Json> open_;
+  std::vector<std::string> keys_;  // the member name pending in each open object
+  Json root_;
   std::string error_;
-  std::size_t error_pos_ = 0;
+  std::size_t error_byte_ = 0;
+  bool too_deep_ = false;
 };
+
+// Line and column (from 1) of byte `pos` of `text`.
+std::string Where(std::string_view text, std::size_t pos) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < pos && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return StrCat("line ", line, ", column ", column);
+}
+
+// Where the nesting first goes past kMaxDepth (the SAX events carry no
+// position): the bracket that opens level kMaxDepth + 1, strings skipped.
+std::size_t TooDeepAt(std::string_view text) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return text.size();
+}
+
+// "line L, column C: what went wrong" from nlohmann's message: its
+// "[json.exception.K.N] " tag dropped, its "parse error at line L, column
+// C: " kept as ours; messages without a position (a number out of range)
+// get that of the last byte read.
+std::string Describe(std::string_view text, std::string what, std::size_t byte) {
+  if (what.rfind("[json.exception.", 0) == 0) {
+    const std::size_t tag_end = what.find("] ");
+    if (tag_end != std::string::npos) what.erase(0, tag_end + 2);
+  }
+  constexpr std::string_view kPrefix = "parse error at ";
+  if (what.rfind(kPrefix, 0) == 0) return what.substr(kPrefix.size());
+  return StrCat(Where(text, byte > 0 ? byte - 1 : 0), ": ", what);
+}
 
 }  // namespace
 
-absl::StatusOr<Json> ParseJson(std::string_view text) { return Parser(text).ParseDocument(); }
+absl::StatusOr<Json> ParseJson(std::string_view text) {
+  Builder builder;
+  if (nlohmann::json::sax_parse(text.begin(), text.end(), &builder)) {
+    return std::move(builder.root());
+  }
+  if (builder.too_deep()) {
+    return absl::InvalidArgumentError(
+        StrCat(Where(text, TooDeepAt(text)), ": nesting deeper than ", kMaxDepth, " levels"));
+  }
+  return absl::InvalidArgumentError(Describe(text, builder.error(), builder.error_byte()));
+}
 
 }  // namespace ktune

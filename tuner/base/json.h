@@ -1,5 +1,5 @@
-// A small JSON document model: a parser that reports line and column, and a
-// writer with shortest round-trip numbers.
+// A small JSON document model, parsed by nlohmann/json (errors with line
+// and column), and a writer with shortest round-trip numbers.
 //
 // Used for files in other tools' formats (recorded tuning caches) and for
 // the command line's --json output. Job files are not parsed here: they are
