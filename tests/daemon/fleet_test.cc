@@ -18,6 +18,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
@@ -107,6 +108,37 @@ pid_t RunnerPid(const JobRecord& j) {
   return p ? p->pid : -1;
 }
 
+// A job `pid` runs with at least 2 of its `evals` evaluations stored and
+// not all of them, or "".
+std::string PartWay(const std::vector<JobRecord>& jobs, pid_t pid, int evals) {
+  for (const JobRecord& j : jobs) {
+    if (j.state == JobState::kRunning && RunnerPid(j) == pid && j.evaluations >= 2 &&
+        j.evaluations < evals) {
+      return j.id;
+    }
+  }
+  return "";
+}
+
+// The jobs, once what the frozen daemon `pid` sent before it stopped has
+// reached the store: read until two reads 100 ms apart agree on its jobs.
+std::vector<JobRecord> Settled(Store& store, pid_t pid) {
+  auto its = [pid](const std::vector<JobRecord>& jobs) {
+    std::vector<std::tuple<std::string, JobState, std::int64_t>> out;
+    for (const JobRecord& j : jobs) {
+      if (RunnerPid(j) == pid) out.emplace_back(j.id, j.state, j.evaluations);
+    }
+    return out;
+  };
+  std::vector<JobRecord> jobs = Jobs(store);
+  while (true) {
+    std::this_thread::sleep_for(100ms);
+    std::vector<JobRecord> again = Jobs(store);
+    if (its(again) == its(jobs)) return again;
+    jobs = std::move(again);
+  }
+}
+
 // What a failure needs to be understood: every unfinished job and what
 // each daemon said.
 std::string Diagnosis(Store& store, const testing::TempDir& tmp) {
@@ -153,18 +185,17 @@ TEST(FleetTest, ThreeDaemonsShareOneQueueAndTakeOverADeadOnesJob) {
   }
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(*uri, false);
   ASSERT_TRUE(store.ok()) << store.status();
-  // Daemon 0 is killed while it runs a job part-way.
+  // Daemon 0 is killed while it runs a job part-way. It is frozen
+  // (SIGSTOP) first and the job chosen from what the store then holds, so
+  // that the job cannot finish between being chosen and the kill.
   std::string victim;
   ASSERT_TRUE(WaitFor(
       [&] {
-        for (const JobRecord& j : Jobs(**store)) {
-          if (j.state == JobState::kRunning && RunnerPid(j) == d[0].pid && j.evaluations >= 2 &&
-              j.evaluations < kEvals) {
-            victim = j.id;
-            return true;
-          }
-        }
-        return false;
+        if (PartWay(Jobs(**store), d[0].pid, kEvals).empty()) return false;
+        kill(d[0].pid, SIGSTOP);
+        victim = PartWay(Settled(**store, d[0].pid), d[0].pid, kEvals);
+        if (victim.empty()) kill(d[0].pid, SIGCONT);  // it had just finished: again
+        return !victim.empty();
       },
       60s))
       << "daemon 0 never ran a job part-way";
