@@ -16,6 +16,7 @@
 #include "tuner/base/file.h"
 #include "tuner/base/strings.h"
 #include "tuner/cuda/fill.h"
+#include "tuner/cuda/nvml.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
 #include "tuner/session/job.h"
@@ -43,6 +44,7 @@ class GpuTest : public ::testing::Test {
     absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = ListCudaDevices(Program());
     if (!gpus.ok() || gpus->empty()) GTEST_SKIP() << "no GPU: " << gpus.status();
     gpu_ = (*gpus)[0];
+    nvml_ = Nvml::ForUuid(gpu_.uuid()).available();
     CudaDeviceOptions o;
     o.program = Program();
     o.cache_dir = tmp_.File("cubin");
@@ -89,6 +91,7 @@ class GpuTest : public ::testing::Test {
 
   testing::TempDir tmp_;
   v1::WorkerDeviceInfo gpu_;
+  bool nvml_ = false;  // NVML sees the GPU
   std::unique_ptr<CudaDevice> device_;
   std::unique_ptr<Store> store_;
 };
@@ -150,13 +153,28 @@ TEST_F(GpuTest, LibraryKernelsTuneAndVerify) {
     EXPECT_EQ(r.progress.evaluations, 12) << name;
     ASSERT_TRUE(r.best.has_value()) << name;
     int ok = 0;
-    for (const auto& [key, m] : Measurements(r.job.id)) {
+    bool first_sampled = true;
+    absl::StatusOr<std::vector<StoredMeasurement>> stored = store_->LoadMeasurements(r.job.id);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    for (const StoredMeasurement& m : *stored) {  // in evaluation order
+      const std::string& key = m.key;
       EXPECT_NE(m.measurement.status, CandidateStatus::kWrongResult)
           << name << " " << key << ": " << m.measurement.message;
       if (m.measurement.ok()) {
         ++ok;
         EXPECT_GE(m.measurement.stats.samples, 3) << name << " " << key;
         EXPECT_GT(m.measurement.conditions.gpu_busy_ms(), 0) << name << " " << key;
+        // The clocks are read (NVML comes with the driver), and the job's
+        // first sampled candidate is warmed up (the default 50 ms): the
+        // reference's single launch before it does not count as keeping
+        // the GPU busy.
+        if (nvml_) {
+          EXPECT_GT(m.measurement.conditions.sm_clock_mhz_before(), 0) << name << " " << key;
+        }
+        if (first_sampled && !m.measurement.conditions.final_round()) {  // not re-measured
+          EXPECT_EQ(m.measurement.conditions.warm_up_ms(), 50) << name << " " << key;
+        }
+        first_sampled = false;
       }
       // The toolchain is recorded with every candidate, whatever became of it.
       EXPECT_THAT(m.measurement.conditions.driver(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+"))

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <future>
 
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
@@ -24,12 +25,21 @@ double MsSince(WorkerClock::time_point start) {
 }  // namespace
 
 absl::Status Worker::Init(int ordinal, std::string* device_name) {
-  std::string uuid;
-  KTUNE_RETURN_IF_ERROR(gpu_.Open(ordinal, device_name, &uuid));
-  if (!uuid.empty()) {
-    nvml_ = Nvml::ForUuid(uuid);
-    clocks_.Start(nvml_);
+  // NVML opens in a thread of its own while the context is made (on the
+  // H200 some 15 ms beside 260): all it needs is the GPU's UUID.
+  std::future<Nvml> nvml;
+  CUdevice device = 0;
+  if (gpu_.api.cuDeviceGet(&device, ordinal) == CUDA_SUCCESS) {
+    if (std::string uuid = DeviceUuid(gpu_.api, device); !uuid.empty()) {
+      nvml = std::async(std::launch::async, [uuid] { return Nvml::ForUuid(uuid); });
+    }
   }
+  std::string uuid;
+  const absl::Status opened = gpu_.Open(ordinal, device_name, &uuid);
+  const bool have_nvml = nvml.valid();
+  if (have_nvml) nvml_ = nvml.get();
+  KTUNE_RETURN_IF_ERROR(opened);
+  if (have_nvml) clocks_.Start(nvml_);
   KTUNE_ASSIGN_OR_RETURN(helpers_, LoadHelperKernels(gpu_.api, gpu_.architecture));
   KTUNE_RETURN_IF_ERROR(canary_.Init());
   KTUNE_RETURN_IF_ERROR(verifier_.Init());
@@ -68,6 +78,7 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
   KTUNE_RETURN_IF_ERROR(
       gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize"));
   last_activity_ = WorkerClock::time_point{};  // warm up before the first sample
+
   return absl::OkStatus();
 }
 
@@ -243,9 +254,12 @@ v1::WorkerMeasurement Worker::Sample(const v1::WorkerCandidate& c, Launch& launc
   const cuda::Api& api = gpu_.api;
   CUstream s = gpu_.stream.get();
   v1::Conditions& cond = *end.out.mutable_conditions();
-  // Warm-up after start or an idle gap (the GPU clocks down when idle).
+  // Warm-up after an idle gap (the GPU clocks down when idle); sampled
+  // candidates and warm-ups count as activity, failures and the reference's
+  // single launch do not.
   if (WorkerClock::now() - last_activity_ > kIdleGap) {
     if (auto st = WarmUp(); !st.ok()) return end.Infra(st);
+    cond.set_warm_up_ms(std::max(0.0, setup_.settings().warmup_ms()));
   }
   const bool concurrent = c.instances() > 0;
   SamplingPolicy policy(SamplingSettingsOf(setup_.settings()), CandidateSamplingOf(c));
@@ -341,6 +355,7 @@ v1::WorkerMeasurement Worker::Sample(const v1::WorkerCandidate& c, Launch& launc
     if (next == SamplingPolicy::Next::kDone) break;
     if (next == SamplingPolicy::Next::kRestart) capture();
   }
+  last_activity_ = WorkerClock::now();
   cond.set_launches_per_sample(policy.launches_per_sample());
   cond.set_sm_clock_mhz_after(clocks_.clock_mhz());
   cond.set_throttled_samples_discarded(policy.discarded());
@@ -394,7 +409,7 @@ absl::Status Worker::MeasureEnergyOf(const v1::WorkerCandidate& c, const Launch&
 v1::WorkerMeasurement Worker::Measure(const v1::WorkerCandidate& c) {
   v1::WorkerMeasurement out;
   out.set_id(c.id());
-  CandidateEnding end{gpu_.api, out, WorkerClock::now(), last_activity_};
+  CandidateEnding end{gpu_.api, out, WorkerClock::now()};
   cuda::Module module;
   Launch launch;
   if (std::optional<v1::WorkerMeasurement> ended = Load(c, &module, &launch, end)) {

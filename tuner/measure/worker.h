@@ -101,6 +101,7 @@ class Worker {
   v1::WorkerSetup setup_;             // without its buffers (they hold their own)
   cuda::DeviceMemory flush_;          // twice the L2, written between samples
   std::uint32_t flush_counter_ = 0;
+  // When a candidate's samples last kept the GPU busy.
   WorkerClock::time_point last_activity_{};
 };
 

@@ -118,7 +118,6 @@ CandidateSampling CandidateSamplingOf(const v1::WorkerCandidate& c) {
 
 v1::WorkerMeasurement CandidateEnding::Finish() {
   out.set_wall_ms(std::chrono::duration<double, std::milli>(WorkerClock::now() - start).count());
-  last_activity = WorkerClock::now();
   return out;
 }
 

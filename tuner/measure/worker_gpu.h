@@ -74,7 +74,6 @@ struct CandidateEnding {
   const cuda::Api& api;
   v1::WorkerMeasurement& out;
   WorkerClock::time_point start;
-  WorkerClock::time_point& last_activity;
 
   v1::WorkerMeasurement Finish();
   v1::WorkerMeasurement LaunchError(const std::string& message);
