@@ -20,7 +20,6 @@ int HostThreads() { return static_cast<int>(std::max(1u, std::thread::hardware_c
 
 absl::Status ArgumentBuffers::Init() {
   for (int k = 0; k < 2; ++k) {
-    KTUNE_ASSIGN_OR_RETURN(staging_[k], cuda::PinnedMemory::Allocate(gpu_.api, kStagingBytes));
     KTUNE_ASSIGN_OR_RETURN(staged_[k], cuda::CreateEvent(gpu_.api));
   }
   return absl::OkStatus();
@@ -70,6 +69,13 @@ absl::Status ArgumentBuffers::Stage(
     CUdeviceptr dst, std::size_t bytes,
     const std::function<absl::Status(std::size_t, std::size_t, void*)>& fill) {
   // Double-buffered: chunk k+1 is filled on the host while chunk k copies.
+  // The staging buffers are pinned on first use: arguments made on the GPU
+  // never need them, and pinning them takes tens of milliseconds.
+  for (cuda::PinnedMemory& staging : staging_) {
+    if (staging.get() == nullptr) {
+      KTUNE_ASSIGN_OR_RETURN(staging, cuda::PinnedMemory::Allocate(gpu_.api, kStagingBytes));
+    }
+  }
   CUstream cs = gpu_.copy_stream.get();
   const std::size_t chunk = staging_[0].size_bytes();
   for (std::size_t offset = 0, k = 0; offset < bytes; offset += chunk, ++k) {

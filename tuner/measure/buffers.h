@@ -44,7 +44,8 @@ class ArgumentBuffers {
  public:
   ArgumentBuffers(WorkerGpu& gpu, const HelperKernels& helpers) : gpu_(gpu), helpers_(helpers) {}
 
-  // The pinned staging buffers, kept for every job.
+  // The staging buffers' events; the buffers themselves are pinned when
+  // first needed and kept for every job after.
   absl::Status Init();
   // Replaces the previous job's buffers with `setup`'s: allocated, filled,
   // expected contents uploaded, rotation copies made.
