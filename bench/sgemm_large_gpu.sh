@@ -30,8 +30,8 @@ ms_now() { echo $(($(date +%s%N) / 1000000)); }
 first_run() {
   local bin=$1 cache=$2 db t0 t1 first
   db="$work/first_$RANDOM.db"
-  local extra=()
-  [ "$bin" = ktune ] && extra=(--timings)
+  # Builds from b36c8cc on print their steps with --timings.
+  local extra=(--timings)
   t0=$(ms_now)
   KTUNE_CACHE_DIR=$cache run "$bin" tune kernels/saxpy.json --local --device 0 --db "$db" \
     --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
