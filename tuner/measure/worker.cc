@@ -34,8 +34,7 @@ absl::Status Worker::Init(int ordinal, std::string* device_name) {
       nvml = std::async(std::launch::async, [uuid] { return Nvml::ForUuid(uuid); });
     }
   }
-  std::string uuid;
-  const absl::Status opened = gpu_.Open(ordinal, device_name, &uuid);
+  const absl::Status opened = gpu_.Open(ordinal, device_name);
   const bool have_nvml = nvml.valid();
   if (have_nvml) nvml_ = nvml.get();
   KTUNE_RETURN_IF_ERROR(opened);
@@ -78,7 +77,6 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
   KTUNE_RETURN_IF_ERROR(
       gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize"));
   last_activity_ = WorkerClock::time_point{};  // warm up before the first sample
-
   return absl::OkStatus();
 }
 
@@ -254,9 +252,9 @@ v1::WorkerMeasurement Worker::Sample(const v1::WorkerCandidate& c, Launch& launc
   const cuda::Api& api = gpu_.api;
   CUstream s = gpu_.stream.get();
   v1::Conditions& cond = *end.out.mutable_conditions();
-  // Warm-up after an idle gap (the GPU clocks down when idle); sampled
-  // candidates and warm-ups count as activity, failures and the reference's
-  // single launch do not.
+  // Warm-up after an idle gap (the GPU clocks down when idle): only
+  // samples count as activity, not failed candidates or the reference's
+  // single launch.
   if (WorkerClock::now() - last_activity_ > kIdleGap) {
     if (auto st = WarmUp(); !st.ok()) return end.Infra(st);
     cond.set_warm_up_ms(std::max(0.0, setup_.settings().warmup_ms()));

@@ -26,7 +26,7 @@ std::string DeviceUuid(const cuda::Api& api, CUdevice device) {
   return FormatUuid(uuid);
 }
 
-absl::Status WorkerGpu::Open(int index, std::string* name, std::string* uuid) {
+absl::Status WorkerGpu::Open(int index, std::string* name) {
   ordinal = index;
   KTUNE_ASSIGN_OR_RETURN(cuda::Context ctx, cuda::Context::Open(api, index));
   context.emplace(std::move(ctx));
@@ -42,7 +42,6 @@ absl::Status WorkerGpu::Open(int index, std::string* name, std::string* uuid) {
   api.cuDeviceGetAttribute(&max_shared_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                            d);
   architecture = StrCat("sm_", major, minor);
-  *uuid = DeviceUuid(api, d);
 
   KTUNE_ASSIGN_OR_RETURN(stream, cuda::CreateStream(api));
   KTUNE_ASSIGN_OR_RETURN(copy_stream, cuda::CreateStream(api));

@@ -36,8 +36,8 @@ struct WorkerGpu {
 
   // Opens GPU `ordinal`: its primary context, the device's attributes, the
   // launch and copy streams and the timing events. *name receives the
-  // device's name, *uuid its UUID ("GPU-...", empty if unknown).
-  absl::Status Open(int ordinal, std::string* name, std::string* uuid);
+  // device's name.
+  absl::Status Open(int ordinal, std::string* name);
 
   // Side streams for concurrent instances and pipelines: at least n.
   absl::Status EnsureStreams(int n);
