@@ -92,6 +92,7 @@ BayesianOptimization::BayesianOptimization(const Space& space, std::uint64_t see
       gp_(std::max<std::size_t>(1, encoder_.dims())),
       feasibility_(std::max<std::size_t>(1, encoder_.dims())) {
   initial_ = std::max(1, options_.initial);
+  trust_radius_ = std::max(1, options_.trust_start);
   for (const Config& c : options_.warm) warm_.push_back(c);
   for (const auto& [c, o] : options_.prior) {
     if (!o.ok()) prior_failures_.push_back(Observation{encoder_.Encode(c), 0, false});
@@ -531,6 +532,31 @@ bool BayesianOptimization::FillPolishPool(Pool& pool) {
   return true;
 }
 
+void BayesianOptimization::NarrowToTrustRegion(Pool& pool) {
+  if (options_.trust <= 0 || !incumbent_) return;
+  const int params = static_cast<int>(space_.num_params());
+  trust_radius_ = std::min(trust_radius_, params);
+  if (observations_.size() >= trust_since_ + static_cast<std::size_t>(options_.trust)) {
+    trust_since_ = observations_.size();
+    if (--trust_radius_ < 1) trust_radius_ = params;  // start again everywhere
+  }
+  if (trust_radius_ >= params) return;
+  auto changes = [&](const Config& c) {
+    int d = 0;
+    for (std::size_t i = 0; i < c.index.size(); ++i) d += c.index[i] != incumbent_->index[i];
+    return d;
+  };
+  std::vector<Config> kept;
+  for (Config& c : pool.configs) {
+    if (changes(c) <= trust_radius_) kept.push_back(std::move(c));
+  }
+  if (kept.empty()) return;  // pool.configs was moved from only where kept
+  pool.configs = std::move(kept);
+  pool.in.clear();
+  pool.in.insert(pool.configs.begin(), pool.configs.end());
+  EncodePool(pool);
+}
+
 std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   std::vector<Config> out;
   if (AskWithoutModel(n, out)) return out;
@@ -538,6 +564,7 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   Pool pool;
   const bool polishing = FillPolishPool(pool);
   const bool sampled = !polishing && FillPool(pool);
+  if (!polishing) NarrowToTrustRegion(pool);
   if (polishing) polished_ += static_cast<int>(n);
   if (pool.configs.empty()) return out;
   LearnFromNominees(pool.d);
@@ -605,6 +632,8 @@ void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
     incumbent_loss_ = o.loss;
     improved_at_ = observations_.size() + 1;
     polished_ = 0;
+    trust_since_ = observations_.size() + 1;
+    ++trust_radius_;
   }
   observations_.push_back(std::move(o));
   observed_configs_.push_back(config);

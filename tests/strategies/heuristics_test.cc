@@ -3,12 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -273,6 +275,78 @@ TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
     EXPECT_GT(polish_picks, 0u);
     EXPECT_EQ(run.keys.size(), 80u);
     EXPECT_LT(best, 1.1);  // the bowl's bottom, 13,7
+  }
+}
+
+// The trust region: bayes's global picks lie within a radius of parameter
+// changes from the best so far that starts at trust_start, grows by one with
+// each new best, shrinks by one after each `trust` evaluations without one,
+// and below one change starts again at the whole space.
+TEST(StrategiesTest, BayesKeepsItsGlobalPicksInATrustRegionThatNarrowsAsItStalls) {
+  const Space space =
+      *Space::Product({Range("a", 0, 5), Range("b", 0, 5), Range("c", 0, 5), Range("d", 0, 5)}, {});
+  // A bowl with a second, narrower one far from it, and no ties.
+  auto loss_of = [](const Space& s, const Config& c) {
+    double v[4];
+    for (std::size_t i = 0; i < 4; ++i) v[i] = static_cast<double>(At(s, c, i));
+    const double main = std::pow(v[0] - 4, 2) + std::pow(v[1] - 1, 2) + std::pow(v[2] - 3, 2) +
+                        std::pow(v[3] - 2, 2);
+    const double other = 4 * (std::pow(v[0] - 0, 2) + std::pow(v[1] - 5, 2) +
+                              std::pow(v[2] - 0, 2) + std::pow(v[3] - 5, 2)) +
+                         0.5;
+    return Ok(1 + std::min(main, other) + 1e-3 * v[0] + 1e-4 * v[1] + 1e-5 * v[2]);
+  };
+  constexpr int kParams = 4, kInitial = 4;
+  for (const auto& [trust, start] : {std::pair{3, 2}, std::pair{4, 3}}) {
+    SCOPED_TRACE(StrCat("trust ", trust, ", trust_start ", start));
+    const RunResult run =
+        Drive("bayes", space, loss_of, 90, 1, 5,
+              {{"polish", "0"}, {"trust", StrCat(trust)}, {"trust_start", StrCat(start)}});
+    ASSERT_EQ(run.keys.size(), 90u);
+    std::vector<Config> measured;
+    std::optional<Config> best;
+    double best_loss = std::numeric_limits<double>::infinity();
+    int radius = start, constrained = 0, restarts = 0;
+    std::size_t since = 0;
+    auto changes = [](const Config& x, const Config& y) {
+      int d = 0;
+      for (std::size_t i = 0; i < x.index.size(); ++i) d += x.index[i] != y.index[i];
+      return d;
+    };
+    for (std::size_t i = 0; i < run.keys.size(); ++i) {
+      const Config pick = *space.ParseKey(run.keys[i]);
+      if (i >= static_cast<std::size_t>(kInitial) && best) {
+        radius = std::min(radius, kParams);
+        if (i >= since + static_cast<std::size_t>(trust)) {
+          since = i;
+          if (--radius < 1) {
+            radius = kParams;
+            ++restarts;
+          }
+        }
+        bool open = false;  // an unmeasured configuration within the radius
+        Space::Enumerator e = space.Enumerate();
+        for (Config c; !open && e.Next(&c);) {
+          open = changes(c, *best) <= radius &&
+                 std::find(measured.begin(), measured.end(), c) == measured.end();
+        }
+        if (radius < kParams && open) {
+          EXPECT_LE(changes(pick, *best), radius) << "pick " << i << " " << run.keys[i];
+          ++constrained;
+        }
+      }
+      measured.push_back(pick);
+      const double loss = loss_of(space, pick).loss;
+      if (loss < best_loss) {
+        best_loss = loss;
+        best = pick;
+        since = i + 1;
+        ++radius;
+      }
+    }
+    EXPECT_GT(constrained, 20);
+    EXPECT_GT(restarts, 0);
+    EXPECT_LT(best_loss, 1.01);  // the main bowl's bottom, 4,1,3,2
   }
 }
 
