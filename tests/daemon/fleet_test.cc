@@ -41,6 +41,8 @@ constexpr int kLeaseSeconds = 2;
 
 // One ktuned of the fleet.
 struct Daemon {
+  // How many times faster than recorded the daemon replays its device.
+  std::string sim_speed = "40";
   pid_t pid = -1;
   std::string address;
   std::unique_ptr<v1::Tuner::Stub> stub;
@@ -59,7 +61,7 @@ struct Daemon {
                                      "--lease-seconds",
                                      std::to_string(kLeaseSeconds),
                                      "--sim-speed",
-                                     "40",
+                                     sim_speed,
                                      "--max-running",
                                      "2"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -162,6 +164,11 @@ TEST(FleetTest, ThreeDaemonsShareOneQueueAndTakeOverADeadOnesJob) {
   testing::TempDir tmp;
   Daemon d[3];
   const std::string devices[3] = {kConv, kConv, kPnpoly};
+  // Daemon 0 replays five times slower than the others, so that its jobs
+  // spend a second or more part-way (at full speed a job of 8 evaluations
+  // took under half a second: a loaded machine under ThreadSanitizer could
+  // miss every one of them between two looks at the store).
+  d[0].sim_speed = "8";
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(d[i].Start(*uri, devices[i], tmp, StrCat("d", i)))
         << testing::Slurp(tmp.File(StrCat("d", i, ".err")));
@@ -198,7 +205,7 @@ TEST(FleetTest, ThreeDaemonsShareOneQueueAndTakeOverADeadOnesJob) {
         return !victim.empty();
       },
       60s))
-      << "daemon 0 never ran a job part-way";
+      << "daemon 0 never ran a job part-way; " << Diagnosis(**store, tmp);
   const pid_t killed = d[0].pid;
   d[0].Kill();
   const auto killed_at = std::chrono::steady_clock::now();
