@@ -413,6 +413,7 @@ bool BayesianOptimization::FillPool(Pool& pool) {
       }
     }
   }
+  NarrowToTrustRegion(pool);
   EncodePool(pool);
   return sampled;
 }
@@ -552,9 +553,10 @@ void BayesianOptimization::NarrowToTrustRegion(Pool& pool) {
   }
   if (kept.empty()) return;  // pool.configs was moved from only where kept
   pool.configs = std::move(kept);
-  pool.in.clear();
-  pool.in.insert(pool.configs.begin(), pool.configs.end());
-  EncodePool(pool);
+  if (!pool.in.empty()) {  // a sampled pool: Refine looks here
+    pool.in.clear();
+    pool.in.insert(pool.configs.begin(), pool.configs.end());
+  }
 }
 
 std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
@@ -564,7 +566,6 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   Pool pool;
   const bool polishing = FillPolishPool(pool);
   const bool sampled = !polishing && FillPool(pool);
-  if (!polishing) NarrowToTrustRegion(pool);
   if (polishing) polished_ += static_cast<int>(n);
   if (pool.configs.empty()) return out;
   LearnFromNominees(pool.d);

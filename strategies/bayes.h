@@ -114,14 +114,16 @@ class BayesianOptimization final : public Strategy {
   // The picks that need no model: the warm start's, the initial spread
   // ones, and every random_every-th. True when they fill the batch.
   bool AskWithoutModel(std::size_t n, std::vector<Config>& out);
-  // A round's candidates, encoded; true when sampled from a large space.
+  // A round's candidates, within the trust region, encoded; true when
+  // sampled from a large space.
   bool FillPool(Pool& pool);
   // While polishing (see BayesOptions::polish): the incumbent's unmeasured
   // neighbours within polish_radius changes as the round's candidates;
   // false when it is not time to or there are none.
   bool FillPolishPool(Pool& pool);
-  // Keeps the pool's configurations within the trust region (see
-  // BayesOptions::trust), unless none is left there; updates its radius.
+  // Keeps the pool's configurations (not yet encoded) within the trust
+  // region (see BayesOptions::trust), unless none is left there; updates
+  // its radius.
   void NarrowToTrustRegion(Pool& pool);
   // Marks `config` proposed or measured: in seen_, and in all_seen_ when
   // listed (so a round's candidates need no hashing of the whole list).
