@@ -146,28 +146,33 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
 
 std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
   if (batch.empty() && observed_configs_.empty()) return RandomUnseen();
-  // How many of a configuration's values neither the batch nor anything
-  // measured has yet.
-  auto lacks = [&](const std::vector<Config>& group, const Config& c, std::size_t p) {
-    return std::none_of(group.begin(), group.end(),
-                        [&](const Config& b) { return b.index[p] == c.index[p]; });
-  };
-  auto fresh = [&](const Config& c) {
-    int count = 0;
-    for (std::size_t p = 0; p < c.index.size(); ++p) {
-      count += lacks(batch, c, p) && lacks(observed_configs_, c, p);
+  // The points to keep away from, encoded: the batch's and everything
+  // measured.
+  std::vector<std::vector<double>> taken;
+  taken.reserve(batch.size() + observations_.size());
+  for (const Config& c : batch) taken.push_back(encoder_.Encode(c));
+  for (const Observation& o : observations_) taken.push_back(o.x);
+  std::vector<double> x(encoder_.dims());
+  // The squared distance from `c` to the nearest taken point.
+  auto clearance = [&](const Config& c) {
+    encoder_.Encode(c, x.data());
+    double nearest = std::numeric_limits<double>::infinity();
+    for (const std::vector<double>& t : taken) {
+      double d2 = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) d2 += (x[i] - t[i]) * (x[i] - t[i]);
+      nearest = std::min(nearest, d2);
     }
-    return count;
+    return nearest;
   };
   std::optional<Config> best;
-  int best_fresh = -1;
+  double best_clearance = -1;
   for (int draw = 0; draw < kSpreadDraws; ++draw) {
     std::optional<Config> c = space_.Sample(rng_);
     if (!c) break;
     if (seen_.count(*c) != 0) continue;
-    const int f = fresh(*c);
-    if (f > best_fresh) {
-      best_fresh = f;
+    const double d2 = clearance(*c);
+    if (d2 > best_clearance) {
+      best_clearance = d2;
       best = std::move(c);
     }
   }

@@ -17,8 +17,9 @@
 // otherwise a uniform sample plus the neighbours of the best few so far,
 // and each pick is refined by hill-climbing through its one-parameter
 // neighbours. Batches (Ask(n > 1)) use the kriging believer: each pick is
-// added at its predicted mean before the next is chosen; a batch that holds
-// initial random picks spreads them over each parameter's values. When the
+// added at its predicted mean before the next is chosen. The initial picks
+// are spread apart: each is the one of a few uniform draws farthest from
+// everything picked or measured before it. When the
 // best stops improving, the picks polish its neighbourhood for a while
 // (BayesOptions::polish); the global search keeps to a trust region around
 // the best that narrows as it stalls (BayesOptions::trust).
@@ -142,9 +143,12 @@ class BayesianOptimization final : public Strategy {
   std::size_t Refine(Pool& pool, std::size_t pick, int chosen, double value, double* pick_mean);
   std::optional<Config> RandomUnseen();
   // A random initial pick for a batch that already holds `batch`: of a few
-  // uniform draws, the one that brings the most parameter values the batch
-  // lacks. A batch is measured without feedback between its picks, so its
-  // random picks should spread over each parameter's values.
+  // uniform draws, the one farthest (in the encoding) from the nearest of
+  // the batch's picks and of everything measured. The first picks are
+  // measured before the model can say anything, so they should cover the
+  // space: far apart, which also reaches toward its corners (over 14
+  // recorded spaces and 260 seeds the short-budget score rose by 0.026,
+  // docs/benchmarks.md).
   std::optional<Config> SpreadPick(const std::vector<Config>& batch);
   // The observations the time model is conditioned on: every success (and
   // failure, `with_failures`), or past a bound a subset (see bayes.cc).
