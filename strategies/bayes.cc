@@ -146,22 +146,23 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
 
 std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
   if (batch.empty() && observed_configs_.empty()) return RandomUnseen();
-  // The points to keep away from, encoded: the batch's and everything
-  // measured.
-  std::vector<std::vector<double>> taken;
-  taken.reserve(batch.size() + observations_.size());
-  for (const Config& c : batch) taken.push_back(encoder_.Encode(c));
-  for (const Observation& o : observations_) taken.push_back(o.x);
+  // The points to keep away from: the batch's (encoded here) and
+  // everything measured (encoded when told).
+  std::vector<std::vector<double>> batch_points;
+  batch_points.reserve(batch.size());
+  for (const Config& c : batch) batch_points.push_back(encoder_.Encode(c));
   std::vector<double> x(encoder_.dims());
-  // The squared distance from `c` to the nearest taken point.
+  // The squared distance from `c` to the nearest of those points.
   auto clearance = [&](const Config& c) {
     encoder_.Encode(c, x.data());
     double nearest = std::numeric_limits<double>::infinity();
-    for (const std::vector<double>& t : taken) {
+    auto keep_nearest = [&](const std::vector<double>& t) {
       double d2 = 0;
       for (std::size_t i = 0; i < x.size(); ++i) d2 += (x[i] - t[i]) * (x[i] - t[i]);
       nearest = std::min(nearest, d2);
-    }
+    };
+    for (const std::vector<double>& t : batch_points) keep_nearest(t);
+    for (const Observation& o : observations_) keep_nearest(o.x);
     return nearest;
   };
   std::optional<Config> best;

@@ -147,8 +147,8 @@ class BayesianOptimization final : public Strategy {
   // the batch's picks and of everything measured. The first picks are
   // measured before the model can say anything, so they should cover the
   // space: far apart, which also reaches toward its corners (over 14
-  // recorded spaces and 260 seeds the short-budget score rose by 0.026,
-  // docs/benchmarks.md).
+  // recorded spaces and 290 seeds the short-budget score rose from 0.394
+  // to 0.421, the long one held; docs/benchmarks.md).
   std::optional<Config> SpreadPick(const std::vector<Config>& batch);
   // The observations the time model is conditioned on: every success (and
   // failure, `with_failures`), or past a bound a subset (see bayes.cc).
