@@ -335,8 +335,10 @@ grpc::ServerWriteReactor<v1::JobEvent>* TunerService::WatchJob(grpc::CallbackSer
     return reactor;
   }
   std::shared_ptr<EventSink> sink = reactor->self();
-  boost::asio::post(pool_, [this, reactor, request, sink] {
-    absl::Status s = scheduler_.Watch(*request, sink);
+  // The request is copied: a client that cancels before the pool gets to
+  // this finishes the call (OnCancel), and gRPC frees the request with it.
+  boost::asio::post(pool_, [this, reactor, request = *request, sink] {
+    absl::Status s = scheduler_.Watch(request, sink);
     if (!s.ok()) reactor->FinishWith(ToGrpc(s));
   });
   return reactor;
