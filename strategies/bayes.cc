@@ -92,6 +92,12 @@ BayesianOptimization::BayesianOptimization(const Space& space, std::uint64_t see
       gp_(std::max<std::size_t>(1, encoder_.dims())),
       feasibility_(std::max<std::size_t>(1, encoder_.dims())) {
   initial_ = std::max(1, options_.initial);
+  if (options_.input_warp) {
+    std::vector<Eigen::Index> dims;
+    for (std::size_t c : encoder_.NumericCoordinates())
+      dims.push_back(static_cast<Eigen::Index>(c));
+    gp_.WarpInputs(dims);
+  }
   trust_radius_ = std::max(1, options_.trust_start);
   for (const Config& c : options_.warm) warm_.push_back(c);
   for (const auto& [c, o] : options_.prior) {

@@ -13,6 +13,7 @@ Encoder::Encoder(const Space& space) {
     if (m <= 1) continue;
     Column col;
     col.param = p;
+    col.numeric = param.type == ValueType::kInt || param.type == ValueType::kFloat;
     col.first = dims_;
     const bool numeric = param.type == ValueType::kInt || param.type == ValueType::kFloat;
     if (numeric) {
@@ -59,6 +60,14 @@ void Encoder::Encode(const Config& config, double* out) const {
 std::vector<double> Encoder::Encode(const Config& config) const {
   std::vector<double> out(dims_);
   Encode(config, out.data());
+  return out;
+}
+
+std::vector<std::size_t> Encoder::NumericCoordinates() const {
+  std::vector<std::size_t> out;
+  for (const Column& c : columns_) {
+    if (c.numeric && c.value.size() >= 3) out.push_back(c.first);
+  }
   return out;
 }
 

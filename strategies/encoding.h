@@ -24,12 +24,16 @@ class Encoder {
   // Writes the encoding of `config` into `out` (dims() values).
   void Encode(const Config& config, double* out) const;
   std::vector<double> Encode(const Config& config) const;
+  // The coordinates of numeric parameters with three values or more (the
+  // ones a model may warp).
+  std::vector<std::size_t> NumericCoordinates() const;
 
  private:
   struct Column {
     std::size_t param;
     std::size_t first;  // first coordinate
     bool one_hot = false;
+    bool numeric = false;
     std::vector<double> value;  // per value index, when not one-hot
   };
   std::vector<Column> columns_;

@@ -1,11 +1,13 @@
 // A Gaussian-process regression model: Matern 5/2 kernel with one length
-// scale per input dimension, signal and noise variances, fitted by
-// maximising the marginal likelihood (with weak log-normal priors).
+// scale per input dimension, signal and noise variances, and optionally
+// warped inputs (WarpInputs), fitted by maximising the marginal likelihood
+// (with weak log-normal priors).
 #ifndef KTUNE_STRATEGIES_GP_H_
 #define KTUNE_STRATEGIES_GP_H_
 
 #include <Eigen/Dense>
 #include <cstddef>
+#include <vector>
 
 namespace ktune {
 
@@ -27,6 +29,13 @@ class GaussianProcess {
   // extension of the factorisation): for fantasised batch proposals.
   void Add(const Eigen::VectorXd& x, double y);
 
+  // Warps the given input dimensions (whose values lie in [0, 1]) through a
+  // Kumaraswamy distribution function, 1 - (1 - x^a)^b, with a and b per
+  // dimension fitted beside the length scales (log-normal priors centred
+  // on the identity, a = b = 1): an axis whose effect is concentrated
+  // near one end is stretched there. Call before the first Fit.
+  void WarpInputs(const std::vector<Eigen::Index>& dims);
+
   // Kernel correlation in [0, 1] between two points (signal variance 1).
   double Correlation(const double* a, const double* b) const;
 
@@ -38,8 +47,11 @@ class GaussianProcess {
   double log_likelihood() const { return lml_; }
 
  private:
-  // Kernel matrix between rows of a and b at the current hyperparameters.
-  Eigen::MatrixXd Kernel(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b) const;
+  // `x` with the warped dimensions warped.
+  Eigen::MatrixXd Warped(const Eigen::MatrixXd& x) const;
+  // Kernel matrix between rows of ua and ub (warped inputs) at the current
+  // hyperparameters.
+  Eigen::MatrixXd Kernel(const Eigen::MatrixXd& ua, const Eigen::MatrixXd& ub) const;
   void Factorise();
   // alpha_ and lml_ from chol_ and y_.
   void Solve();
@@ -54,10 +66,13 @@ class GaussianProcess {
   double signal_ = 1.0;
   double noise_ = 1e-2;
   Eigen::MatrixXd x_;
+  Eigen::MatrixXd u_;  // x_ warped
   Eigen::VectorXd y_;
   Eigen::MatrixXd chol_;   // lower Cholesky factor of K + noise I
   Eigen::VectorXd alpha_;  // (K + noise I)^-1 y
   double lml_ = 0;
+  std::vector<Eigen::Index> warped_;  // warped dimensions
+  Eigen::VectorXd warp_a_, warp_b_;   // their Kumaraswamy parameters
 };
 
 }  // namespace ktune

@@ -513,6 +513,40 @@ TEST(GaussianProcessTest, ExtendingTheFactorMatchesRefactorising) {
   EXPECT_NEAR(extended.log_likelihood(), fresh.log_likelihood(), 1e-8);
 }
 
+TEST(GaussianProcessTest, WarpedInputsFollowAnEffectConcentratedAtOneEnd) {
+  // Flat over most of the axis, steep near 1 (as a time that only the
+  // largest tiles change): one length scale cannot fit both parts, a warp
+  // that stretches the end can.
+  auto f = [](double x) { return std::exp(6 * (x - 1)) * 4; };
+  Eigen::MatrixXd x(9, 1);
+  Eigen::VectorXd y(9);
+  for (int i = 0; i < 9; ++i) {
+    x(i, 0) = i / 8.0;
+    y(i) = f(x(i, 0));
+  }
+  y = (y.array() - y.mean()).matrix();
+  GaussianProcess plain(1), warped(1);
+  warped.WarpInputs({0});
+  plain.Fit(x, y, 200);
+  warped.Fit(x, y, 200);
+  EXPECT_GT(warped.log_likelihood(), plain.log_likelihood());
+  // Held-out points between the measured ones, near the steep end.
+  Eigen::MatrixXd q(4, 1);
+  q << 0.6875, 0.8125, 0.9375, 0.5625;
+  Eigen::VectorXd m_plain, m_warped;
+  plain.Predict(q, &m_plain, nullptr);
+  warped.Predict(q, &m_warped, nullptr);
+  double shift = 0;  // the mean taken off the targets
+  for (int i = 0; i < 9; ++i) shift += f(i / 8.0) / 9;
+  double e_plain = 0, e_warped = 0;
+  for (int i = 0; i < 4; ++i) {
+    const double truth = f(q(i, 0)) - shift;
+    e_plain += (m_plain(i) - truth) * (m_plain(i) - truth);
+    e_warped += (m_warped(i) - truth) * (m_warped(i) - truth);
+  }
+  EXPECT_LT(e_warped, 0.5 * e_plain) << "plain " << e_plain << ", warped " << e_warped;
+}
+
 TEST(StrategiesTest, BayesSearchesSpacesTooLargeToList) {
   // 40^4 = 2.56 million configurations: candidates are sampled and picks
   // refined by hill-climbing; a smooth bowl is still found fast.
