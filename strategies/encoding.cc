@@ -15,8 +15,7 @@ Encoder::Encoder(const Space& space) {
     col.param = p;
     col.numeric = param.type == ValueType::kInt || param.type == ValueType::kFloat;
     col.first = dims_;
-    const bool numeric = param.type == ValueType::kInt || param.type == ValueType::kFloat;
-    if (numeric) {
+    if (col.numeric) {
       std::vector<double> v(m);
       for (std::size_t i = 0; i < m; ++i) {
         v[i] = param.type == ValueType::kInt

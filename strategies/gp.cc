@@ -67,22 +67,6 @@ Eigen::MatrixXd GaussianProcess::Kernel(const Eigen::MatrixXd& ua,
   return k.unaryExpr([this](double d2) { return signal_ * Matern(std::sqrt(std::max(d2, 0.0))); });
 }
 
-double GaussianProcess::Correlation(const double* a, const double* b) const {
-  std::vector<double> ua(a, a + dims_), ub(b, b + dims_);
-  for (std::size_t w = 0; w < warped_.size(); ++w) {
-    const auto k = static_cast<std::size_t>(warped_[w]);
-    const auto ww = static_cast<Eigen::Index>(w);
-    ua[k] = Kumaraswamy(ua[k], warp_a_(ww), warp_b_(ww));
-    ub[k] = Kumaraswamy(ub[k], warp_a_(ww), warp_b_(ww));
-  }
-  double d2 = 0;
-  for (std::size_t i = 0; i < dims_; ++i) {
-    const double d = (ua[i] - ub[i]) / length_[static_cast<Eigen::Index>(i)];
-    d2 += d * d;
-  }
-  return Matern(std::sqrt(d2));
-}
-
 void GaussianProcess::Factorise() {
   Eigen::MatrixXd k = Kernel(u_, u_);
   k.diagonal().array() += noise_;
@@ -259,7 +243,9 @@ bool GaussianProcess::Extend(Eigen::Index kept) {
 
 void GaussianProcess::Predict(const Eigen::MatrixXd& xs, Eigen::VectorXd* mean,
                               Eigen::VectorXd* variance) const {
-  const Eigen::MatrixXd ks = Kernel(u_, Warped(xs));  // n x m
+  Eigen::MatrixXd warped_xs;  // only when warping: no copy of the candidates otherwise
+  const Eigen::MatrixXd& uxs = warped_.empty() ? xs : (warped_xs = Warped(xs));
+  const Eigen::MatrixXd ks = Kernel(u_, uxs);  // n x m
   *mean = ks.transpose() * alpha_;
   if (variance == nullptr) return;
   const Eigen::MatrixXd v = chol_.triangularView<Eigen::Lower>().solve(ks);

@@ -36,9 +36,6 @@ class GaussianProcess {
   // near one end is stretched there. Call before the first Fit.
   void WarpInputs(const std::vector<Eigen::Index>& dims);
 
-  // Kernel correlation in [0, 1] between two points (signal variance 1).
-  double Correlation(const double* a, const double* b) const;
-
   std::size_t size() const { return static_cast<std::size_t>(x_.rows()); }
   const Eigen::VectorXd& length_scales() const { return length_; }
   double noise_variance() const { return noise_; }

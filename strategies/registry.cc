@@ -204,8 +204,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("polish_limit")) bo.polish_limit = static_cast<int>((*o)["polish_limit"]);
     if (o->count("polish_radius")) bo.polish_radius = static_cast<int>((*o)["polish_radius"]);
     if (o->count("trust")) bo.trust = static_cast<int>((*o)["trust"]);
-    if (o->count("input_warp")) bo.input_warp = (*o)["input_warp"] != 0;
     if (o->count("trust_start")) bo.trust_start = static_cast<int>((*o)["trust_start"]);
+    if (o->count("input_warp")) bo.input_warp = (*o)["input_warp"] != 0;
     if (o->count("failures_in_objective")) {
       bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
     }
