@@ -4,6 +4,9 @@
 //
 //   build/default/bench/strategy_bench [OBSERVATIONS [NAME,NAME,...]]
 //
+// Each NAME may carry settings as on the command line of ktune:
+// bayes:input_warp=0:candidates=800.
+//
 // Each strategy runs ask/tell to OBSERVATIONS (default 500) at batch 1 and
 // batch 8; times are medians of three seeded runs measured in this one run.
 // The quality of the strategies is `ktune evaluate`'s business.
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "strategies/registry.h"
+#include "tuner/base/strings.h"
 #include "tuner/space/space.h"
 
 namespace ktune {
@@ -65,12 +69,13 @@ struct Cost {
   double tail_ms = 0;  // per proposal, last fifth of the run
 };
 
-Cost Run(const Space& space, const std::string& name, std::uint64_t seed, std::size_t batch,
+Cost Run(const Space& space, const StrategyChoice& choice, std::uint64_t seed, std::size_t batch,
          std::size_t observations) {
   StrategyOptions options;
   options.seed = seed;
   options.max_evaluations = static_cast<std::int64_t>(observations);
-  absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(name, space, options);
+  options.settings = choice.settings;
+  absl::StatusOr<std::unique_ptr<Strategy>> s = MakeStrategy(choice.name, space, options);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.status().message()).c_str());
     std::exit(1);
@@ -119,29 +124,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: strategy_bench [OBSERVATIONS >= 5 [NAME,NAME,...]]\n");
     return 2;
   }
+  const std::vector<std::string> names =
+      argc > 2 ? StrSplit(argv[2], ',')
+               : std::vector<std::string>{"random", "genetic", "annealing", "local", "bayes"};
+  std::vector<StrategyChoice> choices;
+  for (const std::string& name : names) {
+    absl::StatusOr<StrategyChoice> choice = ParseStrategyChoice(name);
+    if (!choice.ok()) {
+      std::fprintf(stderr, "strategy_bench: %s\n", std::string(choice.status().message()).c_str());
+      return 2;
+    }
+    choices.push_back(*std::move(choice));
+  }
   const Space space = MakeSpace();
   std::printf("space: 20000 configurations, 5 parameters; %zu observations\n", observations);
-  std::printf("%-10s %6s %16s %22s\n", "strategy", "batch", "ms/proposal",
+  std::printf("%-24s %6s %16s %22s\n", "strategy", "batch", "ms/proposal",
               "ms/proposal (last 20%)");
-  std::vector<std::string> names = {"random", "genetic", "annealing", "local", "bayes"};
-  if (argc > 2) {
-    names.clear();
-    std::string list = argv[2];
-    for (std::size_t start = 0; start <= list.size();) {
-      const std::size_t comma = std::min(list.find(',', start), list.size());
-      names.push_back(list.substr(start, comma - start));
-      start = comma + 1;
-    }
-  }
-  for (const std::string& name : names) {
+  for (std::size_t i = 0; i < choices.size(); ++i) {
     for (std::size_t batch : {std::size_t{1}, std::size_t{8}}) {
       std::vector<double> mean, tail;
       for (std::uint64_t seed = 0; seed < 3; ++seed) {
-        const Cost c = Run(space, name, seed, batch, observations);
+        const Cost c = Run(space, choices[i], seed, batch, observations);
         mean.push_back(c.mean_ms);
         tail.push_back(c.tail_ms);
       }
-      std::printf("%-10s %6zu %16.3f %22.3f\n", name.c_str(), batch, Median(mean), Median(tail));
+      std::printf("%-24s %6zu %16.3f %22.3f\n", names[i].c_str(), batch, Median(mean),
+                  Median(tail));
       std::fflush(stdout);
     }
   }

@@ -218,4 +218,22 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
       StrCat("unknown strategy '", name, "'; known: ", StrJoin(StrategyNames(), ", ")));
 }
 
+absl::StatusOr<StrategyChoice> ParseStrategyChoice(std::string_view text) {
+  const std::vector<std::string> parts = StrSplit(text, ':');
+  StrategyChoice out;
+  out.name = parts[0];
+  if (out.name.empty()) {
+    return absl::InvalidArgumentError(StrCat("'", text, "' names no strategy"));
+  }
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::size_t eq = parts[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(
+          StrCat("'", text, "': option '", parts[i], "' is not key=value"));
+    }
+    out.settings[parts[i].substr(0, eq)] = parts[i].substr(eq + 1);
+  }
+  return out;
+}
+
 }  // namespace ktune

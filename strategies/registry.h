@@ -55,6 +55,16 @@ std::string ResolveAutoStrategy(const Space& space, std::int64_t max_evaluations
 // Whether `options.prior` holds a successful configuration of `space`.
 bool HasWarmStart(const Space& space, const StrategyOptions& options);
 
+// A strategy written as text: "name" or "name:key=value:key=value", the
+// settings being StrategyOptions::settings (a spec's `strategy.options`).
+struct StrategyChoice {
+  std::string name;
+  std::map<std::string, std::string> settings;
+};
+// INVALID_ARGUMENT, quoting `text`, for an empty name or a setting that is
+// not key=value. The name is not checked against the registered ones.
+absl::StatusOr<StrategyChoice> ParseStrategyChoice(std::string_view text);
+
 }  // namespace ktune
 
 #endif  // KTUNE_STRATEGIES_REGISTRY_H_

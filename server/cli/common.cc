@@ -19,31 +19,21 @@ std::string DirOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-absl::StatusOr<StrategyFlag> ParseStrategyFlag(const std::string& text) {
-  const std::vector<std::string> parts = StrSplit(text, ':');
-  StrategyFlag out;
-  out.name = parts[0];
-  if (out.name.empty()) {
-    return absl::InvalidArgumentError(StrCat("--strategy: '", text, "' names no strategy"));
+absl::StatusOr<StrategyChoice> ParseStrategyFlag(const std::string& text) {
+  absl::StatusOr<StrategyChoice> choice = ParseStrategyChoice(text);
+  if (!choice.ok()) {
+    return absl::InvalidArgumentError(StrCat("--strategy: ", choice.status().message()));
   }
-  for (std::size_t i = 1; i < parts.size(); ++i) {
-    const std::size_t eq = parts[i].find('=');
-    if (eq == std::string::npos || eq == 0) {
-      return absl::InvalidArgumentError(
-          StrCat("--strategy: '", text, "': option '", parts[i], "' is not key=value"));
-    }
-    out.options[parts[i].substr(0, eq)] = parts[i].substr(eq + 1);
-  }
-  return out;
+  return choice;
 }
 
 std::optional<Failure> ApplyTuneFlags(const Args& args, v1::JobSpec& spec) {
   v1::StrategySpec& strategy = *spec.mutable_strategy();
   if (auto s = args.Get("strategy")) {
-    absl::StatusOr<StrategyFlag> flag = ParseStrategyFlag(*s);
+    absl::StatusOr<StrategyChoice> flag = ParseStrategyFlag(*s);
     if (!flag.ok()) return InvalidInput(flag.status());
     strategy.set_name(flag->name);
-    for (const auto& [key, value] : flag->options) (*strategy.mutable_options())[key] = value;
+    for (const auto& [key, value] : flag->settings) (*strategy.mutable_options())[key] = value;
   }
   // A budget of 0 is what "no budget" looks like in the spec: on the
   // command line it would silently mean no limit, so it is refused.

@@ -15,6 +15,7 @@
 #include "ktune/v1/job.pb.h"
 #include "server/cli/output.h"
 #include "server/common/flags.h"
+#include "strategies/registry.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
@@ -45,13 +46,9 @@ inline Failure Error(const absl::Status& s) {
 // The folder of a path ("." for a bare name).
 std::string DirOf(const std::string& path);
 
-// The form of --strategy: "name" or "name:key=value:key=value", the
-// options being the strategy's settings (`strategy.options` of a spec).
-struct StrategyFlag {
-  std::string name;
-  std::map<std::string, std::string> options;
-};
-absl::StatusOr<StrategyFlag> ParseStrategyFlag(const std::string& text);
+// --strategy's value, "name" or "name:key=value:key=value"
+// (ParseStrategyChoice), its errors naming the flag.
+absl::StatusOr<StrategyChoice> ParseStrategyFlag(const std::string& text);
 
 // --strategy (its options override the spec's), --max-evals, --max-seconds,
 // --seed, --batch, --no-warm-start into the spec.

@@ -268,7 +268,7 @@ Json TimedResultJson(const StrategyScore& sc) {
 struct EvaluatePlan {
   std::vector<std::string> devices;
   std::vector<std::string> strategies;
-  std::map<std::string, StrategyFlag> parsed;
+  std::map<std::string, StrategyChoice> parsed;
   EvaluateOptions options;
   std::vector<RecordedSpace> recordings;
   std::optional<RecordedSpace> warm;
@@ -284,9 +284,9 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   strategies = StrSplit(args.Get("strategy").value_or("auto"), ',');
   const std::vector<std::string> known = StrategyNames();
   // A strategy may carry options: name:key=value:key=value.
-  std::map<std::string, StrategyFlag>& parsed = plan.parsed;
+  std::map<std::string, StrategyChoice>& parsed = plan.parsed;
   for (const std::string& s : strategies) {
-    absl::StatusOr<StrategyFlag> flag = ParseStrategyFlag(s);
+    absl::StatusOr<StrategyChoice> flag = ParseStrategyFlag(s);
     if (!flag.ok()) return InvalidInput(flag.status());
     if (std::find(known.begin(), known.end(), flag->name) == known.end()) {
       return Failure{kExitInvalidInput, StrCat("--strategy: unknown strategy '", flag->name,
@@ -330,7 +330,7 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
     if (!first.ok()) return Error(first.status());
     for (const auto& [text, flag] : parsed) {
       StrategyOptions so;
-      so.settings = flag.options;
+      so.settings = flag.settings;
       if (auto s = MakeStrategy(flag.name, *first, so); !s.ok()) {
         return Failure{kExitInvalidInput, StrCat("--strategy: ", s.status().message())};
       }
@@ -408,7 +408,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
   if (auto f = PlanEvaluate(args, plan)) return f;
   const std::vector<std::string>& devices = plan.devices;
   const std::vector<std::string>& strategies = plan.strategies;
-  const std::map<std::string, StrategyFlag>& parsed = plan.parsed;
+  const std::map<std::string, StrategyChoice>& parsed = plan.parsed;
   const EvaluateOptions& options = plan.options;
   const std::vector<RecordedSpace>& recordings = plan.recordings;
   const std::optional<RecordedSpace>& warm = plan.warm;
@@ -455,7 +455,7 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
         } else {
           so.max_evaluations = baseline.long_budget();
         }
-        so.settings = parsed.at(name).options;
+        so.settings = parsed.at(name).settings;
         return MakeStrategy(parsed.at(name).name, sp, so);
       };
       EvaluateOptions run = options;

@@ -1,6 +1,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -98,6 +99,24 @@ TEST(RegistryTest, KnownNamesAndHelpfulErrors) {
   with_setting.settings["population"] = "10";
   EXPECT_FALSE(MakeStrategy("random", space, with_setting).ok());
   EXPECT_TRUE(MakeStrategy("genetic", space, with_setting).ok());
+}
+
+TEST(RegistryTest, ParsesAStrategyWrittenAsText) {
+  absl::StatusOr<StrategyChoice> plain = ParseStrategyChoice("genetic");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->name, "genetic");
+  EXPECT_TRUE(plain->settings.empty());
+  absl::StatusOr<StrategyChoice> set = ParseStrategyChoice("bayes:initial=8:input_warp=0");
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(set->name, "bayes");
+  EXPECT_EQ(set->settings,
+            (std::map<std::string, std::string>{{"initial", "8"}, {"input_warp", "0"}}));
+  absl::StatusOr<StrategyChoice> unnamed = ParseStrategyChoice(":initial=8");
+  ASSERT_FALSE(unnamed.ok());
+  EXPECT_EQ(unnamed.status().message(), "':initial=8' names no strategy");
+  absl::StatusOr<StrategyChoice> bare = ParseStrategyChoice("bayes:initial");
+  ASSERT_FALSE(bare.ok());
+  EXPECT_EQ(bare.status().message(), "'bayes:initial': option 'initial' is not key=value");
 }
 
 TEST(RegistryTest, AutoIsExhaustiveWhenTheBudgetCoversTheSpace) {
