@@ -43,6 +43,14 @@ const CommandSpec kEvaluateCommand{
       "comma-separated strategies, each optionally name:key=value:... (default: auto)"},
      {"repeats", "N", "seeded repeats per space and strategy (default 30)"},
      {"batch", "N", "configurations asked at once (default 1)"},
+     {"ahead", "N",
+      "keep N configurations asked ahead of the measurements, as a GPU's compile pipeline does "
+      "(ktune tune on a CUDA device: 64); the strategy hears of each when it is measured "
+      "(default: the batch)"},
+     {"compile-workers", "N",
+      "with --max-seconds: spend the recorded compilation times on N workers in parallel, "
+      "overlapping the measurements, as ktune tune with N NVRTC workers does (default 0: each "
+      "candidate's recorded time added one after another)"},
      {"seed", "N", "first seed (default 0)"},
      {"short-only", "",
       "stop each run at the short budget: the short score only, ten times faster"},
@@ -303,6 +311,12 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   EvaluateOptions& options = plan.options;
   options.repeats = static_cast<int>(repeats->value_or(30));
   options.batch = static_cast<int>(batch->value_or(1));
+  absl::StatusOr<std::optional<std::int64_t>> ahead = args.GetInt("ahead", 1, 4096);
+  if (!ahead.ok()) return InvalidInput(ahead.status());
+  options.ahead = static_cast<int>(ahead->value_or(0));
+  absl::StatusOr<std::optional<std::int64_t>> workers = args.GetInt("compile-workers", 1, 1024);
+  if (!workers.ok()) return InvalidInput(workers.status());
+  options.compile_workers = static_cast<int>(workers->value_or(0));
   options.seed = seed->value_or(0);
   options.short_only = args.Has("short-only");
   absl::StatusOr<std::optional<double>> seconds = args.GetDouble("max-seconds", 1e-3);
@@ -312,6 +326,10 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
       return Failure{kExitInvalidInput, "--max-seconds and --short-only: give one budget"};
     }
     options.max_recorded_time = Millis(**seconds * 1e3);
+  } else if (options.compile_workers > 0) {
+    return Failure{kExitInvalidInput,
+                   "--compile-workers: give --max-seconds too (it changes what time is spent, "
+                   "not which configurations are measured)"};
   }
 
   std::vector<RecordedSpace>& recordings = plan.recordings;
@@ -398,6 +416,7 @@ std::optional<Failure> ReportAverages(const Args& args, const EvaluatePlan& plan
     out.Set("averages", std::move(averages));
     out.Set("repeats", options.repeats);
     out.Set("batch", options.batch);
+    out.Set("ahead", std::max(options.batch, options.ahead));
     std::cout << out.Dump() << "\n";
   }
   return std::nullopt;
@@ -511,6 +530,9 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
       out.Set("spaces", std::move(spaces));
       out.Set("repeats", options.repeats);
       out.Set("max_seconds", seconds);
+      out.Set("batch", options.batch);
+      out.Set("ahead", std::max(options.batch, options.ahead));
+      out.Set("compile_workers", options.compile_workers);
       std::cout << out.Dump() << "\n";
     }
     *exit_code = kExitOk;

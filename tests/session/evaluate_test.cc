@@ -213,5 +213,76 @@ TEST(EvaluateTest, ATimeBudgetStopsEachRunWhenItsRecordedTimeRunsOut) {
   EXPECT_LT(sc->time_curve.back().second, worst);
 }
 
+// A compile pool: the compilations of the candidates asked ahead run side
+// by side, each measurement waits for its own; asked ahead without a pool,
+// the GPU still measures while the next one compiles. Without either, the
+// recorded times add up (the test above).
+TEST(EvaluateTest, CompileWorkersOverlapTheCompilationsOfCandidatesAskedAhead) {
+  const RecordedSpace rs = SmallRecording(/*cost_ms=*/75);  // compile 75 ms, benchmark 75 ms
+  StrategyFactory factory = [&](const Space&,
+                                std::uint64_t) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::make_unique<Scripted>(FastestFirst(rs));
+  };
+  auto final_evaluations = [&](int ahead, int workers) {
+    EvaluateOptions options;
+    options.repeats = 1;
+    options.max_recorded_time = Millis(400);
+    options.ahead = ahead;
+    options.compile_workers = workers;
+    absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, "scripted", factory, options);
+    EXPECT_TRUE(sc.ok()) << sc.status();
+    return sc.ok() ? sc->final_evaluations.front() : -1;
+  };
+  // One after another: candidates begin at 0, 150, 300 ms.
+  EXPECT_EQ(final_evaluations(0, 0), 3);
+  EXPECT_EQ(final_evaluations(4, 0), 3);  // asking ahead alone changes no time
+  // Four asked ahead, four workers: all four compiled at 75 ms, measured
+  // by 150, 225, 300, 375; the fifth (asked at 150, compiled at 225)
+  // begins at 375 < 400 and ends at 450.
+  EXPECT_EQ(final_evaluations(4, 4), 5);
+  // Four ahead, one worker: compiled at 75, 150, 225, 300; measured by 150,
+  // 225, 300, 375; the fifth (asked at 150, compiled at 375) begins at 375.
+  EXPECT_EQ(final_evaluations(4, 1), 5);
+  // Nothing ahead, one worker: the compilation waits for the ask, as
+  // without a pool.
+  EXPECT_EQ(final_evaluations(0, 1), 3);
+}
+
+// Asked ahead, a strategy proposes before hearing of what it proposed
+// earlier: with 3 ahead, the first three are asked before any is told.
+TEST(EvaluateTest, AheadAsksBeforeTelling) {
+  const RecordedSpace rs = SmallRecording();
+  class Logging final : public Strategy {
+   public:
+    Logging(std::vector<Config> order, std::vector<std::string>* log)
+        : order_(std::move(order)), log_(log) {}
+    std::vector<Config> Ask(std::size_t n) override {
+      std::vector<Config> out;
+      while (out.size() < n && next_ < order_.size()) out.push_back(order_[next_++]);
+      log_->push_back(StrCat("ask ", out.size()));
+      return out;
+    }
+    void Tell(const Config&, const Outcome&) override { log_->push_back("tell"); }
+
+   private:
+    std::vector<Config> order_;
+    std::size_t next_ = 0;
+    std::vector<std::string>* log_;
+  };
+  std::vector<std::string> log;
+  StrategyFactory factory = [&](const Space&,
+                                std::uint64_t) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    return std::make_unique<Logging>(FastestFirst(rs), &log);
+  };
+  EvaluateOptions options;
+  options.repeats = 1;
+  options.short_only = true;
+  options.ahead = 3;
+  ASSERT_TRUE(EvaluateStrategy(rs, "logging", factory, options).ok());
+  ASSERT_GE(log.size(), 6u);
+  EXPECT_EQ(std::vector<std::string>(log.begin(), log.begin() + 6),
+            (std::vector<std::string>{"ask 1", "ask 1", "ask 1", "tell", "ask 1", "tell"}));
+}
+
 }  // namespace
 }  // namespace ktune

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <unordered_map>
 
@@ -115,6 +116,9 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
             : (options.short_only ? baseline.short_budget() : baseline.long_budget());
   const auto horizon = static_cast<std::size_t>(budget);
   const double time_budget_ms = options.max_recorded_time.count();
+  const auto batch = static_cast<std::size_t>(std::max(1, options.batch));
+  const std::size_t ahead = std::max(batch, static_cast<std::size_t>(std::max(0, options.ahead)));
+  const int workers = timed ? std::max(0, options.compile_workers) : 0;
   // Under a time budget, each repeat's improvements: (recorded ms spent
   // when it was known, best time).
   std::vector<std::vector<std::pair<double, double>>> improvements;
@@ -138,46 +142,67 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
     std::vector<double> curve;
     curve.reserve(timed ? 1024 : horizon);
     double best = baseline.worst();
-    double spent_ms = 0;  // recorded time of the candidates evaluated
+    // Recorded time: when the GPU finished the last candidate measured
+    // (with one compile worker or none, the sum of the candidates' times).
+    double spent_ms = 0;
+    std::vector<double> worker_free(static_cast<std::size_t>(std::max(1, workers)), 0.0);
     std::vector<std::pair<double, double>> improved;
-    bool out_of_time = false;
-    while (curve.size() < horizon && !out_of_time) {
-      const std::size_t n = std::min<std::size_t>(
-          static_cast<std::size_t>(std::max(1, options.batch)), horizon - curve.size());
-      const auto a0 = std::chrono::steady_clock::now();
-      const std::vector<Config> asked = (*strategy)->Ask(n);
-      spent +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0).count();
-      if (asked.empty()) break;
-      if (asked.size() > n) {
-        return absl::InternalError(StrCat(name, " asked for ", n, " proposed ", asked.size()));
-      }
-      for (const Config& c : asked) {
-        auto it = outcome.find(c);
-        if (it == outcome.end()) {
-          return absl::InternalError(
-              StrCat(name, " proposed ", space.Key(c), ", which is not in the space"));
-        }
-        // As a job's time budget: checked before each candidate.
-        if (timed && spent_ms >= time_budget_ms) {
-          out_of_time = true;
-          break;
-        }
-        spent_ms += it->second->measurement.cost.count();
-        Outcome o;
-        o.status = it->second->measurement.status;
-        if (o.ok()) {
-          o.loss = it->second->measurement.time.count();
-          if (o.loss < best) improved.emplace_back(spent_ms, o.loss);
-          best = std::min(best, o.loss);
-        }
-        const auto t1 = std::chrono::steady_clock::now();
-        (*strategy)->Tell(c, o);
-        spent += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1)
+    // Asked, not yet measured, with when each is compiled.
+    std::deque<std::pair<const RecordedEntry*, double>> waiting;
+    std::size_t asked_total = 0;
+    bool exhausted = false;
+    while (curve.size() < horizon) {
+      // As a job's time budget: checked before each candidate.
+      if (timed && spent_ms >= time_budget_ms) break;
+      while (!exhausted && waiting.size() + batch <= ahead && asked_total < horizon) {
+        const std::size_t n = std::min(batch, horizon - asked_total);
+        const auto a0 = std::chrono::steady_clock::now();
+        const std::vector<Config> asked = (*strategy)->Ask(n);
+        spent += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0)
                      .count();
-        curve.push_back(best);
-        ++proposals;
+        if (asked.empty()) exhausted = true;
+        if (asked.size() > n) {
+          return absl::InternalError(StrCat(name, " asked for ", n, " proposed ", asked.size()));
+        }
+        for (const Config& c : asked) {
+          auto it = outcome.find(c);
+          if (it == outcome.end()) {
+            return absl::InternalError(
+                StrCat(name, " proposed ", space.Key(c), ", which is not in the space"));
+          }
+          double compiled_at = 0;
+          if (workers > 0) {
+            auto worker = std::min_element(worker_free.begin(), worker_free.end());
+            *worker = std::max(*worker, spent_ms) + it->second->measurement.compile_time.count();
+            compiled_at = *worker;
+          }
+          waiting.emplace_back(it->second, compiled_at);
+        }
+        asked_total += asked.size();
       }
+      if (waiting.empty()) break;
+      const auto [entry, compiled_at] = waiting.front();
+      waiting.pop_front();
+      const Measurement& m = entry->measurement;
+      if (workers > 0) {
+        spent_ms = std::max(spent_ms, compiled_at) +
+                   std::max(0.0, m.cost.count() - m.compile_time.count());
+      } else {
+        spent_ms += m.cost.count();
+      }
+      Outcome o;
+      o.status = m.status;
+      if (o.ok()) {
+        o.loss = m.time.count();
+        if (o.loss < best) improved.emplace_back(spent_ms, o.loss);
+        best = std::min(best, o.loss);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      (*strategy)->Tell(entry->config, o);
+      spent +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+      curve.push_back(best);
+      ++proposals;
     }
     strategy_ms += spent;
     if (timed) {

@@ -95,6 +95,19 @@ struct EvaluateOptions {
   // a job's max_time stops it; scores are then NaN, and final_best and
   // time_curve say how far each repeat got. Zero: the evaluation budgets.
   Millis max_recorded_time{0};
+  // Configurations kept asked ahead of the measurements, as a device with
+  // a compile pipeline keeps them (a CUDA device: CudaDevice::kPipelineDepth):
+  // the strategy is asked, `batch` at a time, whenever fewer than
+  // `ahead - batch + 1` are waiting, and hears of each when it is measured.
+  // At most `batch` (the default, 0): ask a batch, measure it, tell it.
+  int ahead = 0;
+  // With max_recorded_time: each candidate's recorded compilation runs on
+  // the first of this many compile workers to be free, from when it is
+  // asked, while the GPU measures earlier candidates; the rest of its
+  // recorded time (verification, benchmarking) follows on the GPU, one
+  // candidate after another. 0 (the default): every candidate's recorded
+  // time is added one after another, as if compiling stopped the GPU.
+  int compile_workers = 0;
   // Called after each repeat with how many are done (for a progress line);
   // may be empty.
   std::function<void(int done)> on_repeat;
