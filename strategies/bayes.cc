@@ -151,12 +151,14 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
 }
 
 std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
-  if (batch.empty() && observed_configs_.empty()) return RandomUnseen();
-  // The points to keep away from: the batch's (encoded here) and
-  // everything measured (encoded when told).
+  if (batch.empty() && pending_.empty() && observed_configs_.empty()) return RandomUnseen();
+  // The points to keep away from: the batch's and the earlier rounds'
+  // still unmeasured (encoded here), and everything measured (encoded when
+  // told).
   std::vector<std::vector<double>> batch_points;
-  batch_points.reserve(batch.size());
+  batch_points.reserve(batch.size() + pending_.size());
   for (const Config& c : batch) batch_points.push_back(encoder_.Encode(c));
+  for (const Config& c : pending_) batch_points.push_back(encoder_.Encode(c));
   std::vector<double> x(encoder_.dims());
   // The squared distance from `c` to the nearest of those points.
   auto clearance = [&](const Config& c) {
@@ -573,7 +575,10 @@ void BayesianOptimization::NarrowToTrustRegion(Pool& pool) {
 
 std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
   std::vector<Config> out;
-  if (AskWithoutModel(n, out)) return out;
+  if (AskWithoutModel(n, out)) {
+    pending_.insert(pending_.end(), out.begin(), out.end());
+    return out;
+  }
   Refit();
   Pool pool;
   const bool polishing = FillPolishPool(pool);
@@ -628,10 +633,14 @@ std::vector<Config> BayesianOptimization::Ask(std::size_t n) {
     }
   }
   proposals_ += out.size();
+  pending_.insert(pending_.end(), out.begin(), out.end());
   return out;
 }
 
 void BayesianOptimization::Tell(const Config& config, const Outcome& outcome) {
+  if (auto it = std::find(pending_.begin(), pending_.end(), config); it != pending_.end()) {
+    pending_.erase(it);
+  }
   Observation o;
   o.x = encoder_.Encode(config);
   // Any finite loss is a success: a maximised objective's are negative.

@@ -154,11 +154,12 @@ class BayesianOptimization final : public Strategy {
   std::optional<Config> RandomUnseen();
   // A random initial pick for a batch that already holds `batch`: of a few
   // uniform draws, the one farthest (in the encoding) from the nearest of
-  // the batch's picks and of everything measured. The first picks are
-  // measured before the model can say anything, so they should cover the
-  // space: far apart, which also reaches toward its corners (over 14
-  // recorded spaces and 290 seeds the short-budget score rose from 0.394
-  // to 0.421, the long one held; docs/benchmarks.md).
+  // the batch's picks, the earlier rounds' not yet told and everything
+  // measured. The first picks are measured before the model can say
+  // anything, so they should cover the space: far apart, which also
+  // reaches toward its corners (over 14 recorded spaces and 290 seeds the
+  // short-budget score rose from 0.394 to 0.421, the long one held;
+  // docs/benchmarks.md).
   std::optional<Config> SpreadPick(const std::vector<Config>& batch);
   // The observations the time model is conditioned on: every success (and
   // failure, `with_failures`), or past a bound a subset (see bayes.cc).
@@ -176,6 +177,7 @@ class BayesianOptimization final : public Strategy {
   std::deque<Config> warm_;
   std::vector<Observation> observations_;
   std::vector<Config> observed_configs_;  // parallel to observations_
+  std::vector<Config> pending_;           // proposed, not yet told, in order
   std::vector<Observation> prior_failures_;
   std::vector<Config> all_;            // every valid configuration, when few enough
   std::vector<std::uint32_t> unseen_;  // indices into all_

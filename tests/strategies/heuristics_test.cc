@@ -608,6 +608,30 @@ TEST(StrategiesTest, BayesSpreadsItsInitialPicksApart) {
   }
 }
 
+// A job on a GPU asks ahead of its measurements (64 configurations on a
+// CUDA device), one at a time: before anything is told, those picks are
+// the ones a whole batch would get, spread apart, not one uniform draw
+// after another.
+TEST(StrategiesTest, BayesPicksAskedAheadSpreadAsABatchsDo) {
+  const Space space =
+      *Space::Product({Range("a", 0, 7), Range("b", 0, 7), Range("c", 0, 7), Range("d", 0, 7)}, {});
+  for (std::uint64_t seed = 0; seed < 5; ++seed) {
+    StrategyOptions options;
+    options.seed = seed;
+    absl::StatusOr<std::unique_ptr<Strategy>> batch = MakeStrategy("bayes", space, options);
+    absl::StatusOr<std::unique_ptr<Strategy>> ahead = MakeStrategy("bayes", space, options);
+    ASSERT_TRUE(batch.ok() && ahead.ok());
+    const std::vector<Config> together = (*batch)->Ask(12);
+    std::vector<Config> one_by_one;
+    for (int i = 0; i < 12; ++i) {
+      const std::vector<Config> got = (*ahead)->Ask(1);
+      ASSERT_EQ(got.size(), 1u);
+      one_by_one.push_back(got[0]);
+    }
+    EXPECT_EQ(one_by_one, together) << "seed " << seed;
+  }
+}
+
 TEST(EncoderTest, LogScalesPowersAndOneHotsCategories) {
   Parameter bs{"bs",
                ValueType::kInt,
