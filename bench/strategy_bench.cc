@@ -127,16 +127,23 @@ int main(int argc, char** argv) {
   const std::vector<std::string> names =
       argc > 2 ? StrSplit(argv[2], ',')
                : std::vector<std::string>{"random", "genetic", "annealing", "local", "bayes"};
+  const Space space = MakeSpace();
+  // Every name and setting checked before anything is timed.
   std::vector<StrategyChoice> choices;
   for (const std::string& name : names) {
     absl::StatusOr<StrategyChoice> choice = ParseStrategyChoice(name);
-    if (!choice.ok()) {
-      std::fprintf(stderr, "strategy_bench: %s\n", std::string(choice.status().message()).c_str());
+    absl::Status made = choice.status();
+    if (choice.ok()) {
+      StrategyOptions options;
+      options.settings = choice->settings;
+      made = MakeStrategy(choice->name, space, options).status();
+    }
+    if (!made.ok()) {
+      std::fprintf(stderr, "strategy_bench: %s\n", std::string(made.message()).c_str());
       return 2;
     }
     choices.push_back(*std::move(choice));
   }
-  const Space space = MakeSpace();
   std::printf("space: 20000 configurations, 5 parameters; %zu observations\n", observations);
   std::printf("%-24s %6s %16s %22s\n", "strategy", "batch", "ms/proposal",
               "ms/proposal (last 20%)");
