@@ -608,7 +608,7 @@ TEST(StrategiesTest, BayesSpreadsItsInitialPicksApart) {
   }
 }
 
-// A job on a GPU asks ahead of its measurements (64 configurations on a
+// A job on a GPU asks ahead of its measurements (32 configurations on a
 // CUDA device), one at a time: before anything is told, those picks are
 // the ones a whole batch would get, spread apart, not one uniform draw
 // after another.
