@@ -101,11 +101,13 @@ class CudaDevice final : public Device {
   const std::string& architecture() const { return arch_; }
 
   // Configurations asked ahead; fixed (not derived from the host) so that a
-  // job takes the same path wherever it resumes. 32 keeps 16 NVRTC workers
-  // and the GPU busy, and the strategy hears of each pick sooner than at
-  // 64: by replay of the large SGEMM recording as a 16-core host runs it
-  // (90 seeds) on the optimum in 54 and 90 seeds at 10 and 20 s, where 64
-  // is in 40 and 84 (docs/benchmarks.md).
+  // job takes the same path wherever it resumes. On a 16-core host (one
+  // NVRTC worker per core) 32 keep the workers and the GPU busy, and the
+  // strategy hears of each pick sooner than at 64: by replay of the large
+  // SGEMM recording as such a host runs it (90 seeds) on the optimum in 54
+  // and 90 seeds at 10 and 20 s, where 64 is in 40 and 84
+  // (docs/benchmarks.md). A host with more than 32 cores leaves the extra
+  // workers idle for one GPU's job.
   static constexpr int kPipelineDepth = 32;
 
  private:
