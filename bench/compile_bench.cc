@@ -1,12 +1,15 @@
 // Prints what NVRTC's -minimal saves: configurations of the library
-// kernels compiled to CUBIN with the full front end and with -minimal,
-// side by side (the order alternating per configuration), with the median
-// compile time of each and whether the images are the same.
+// kernels (a seeded sample of each space) compiled to CUBIN with the full
+// front end and with -minimal, side by side (the order alternating per
+// configuration), with the median compile time of each and whether the
+// images are the same.
 //
 //   build/default/bench/compile_bench [--kernels DIR] [--configs N] [--arch sm_90]
 //
 // Needs NVRTC only, no GPU. One process, one thread: the pool's workers
-// each compile this way.
+// each compile this way. Now and then two compiles of one source give
+// different images whatever the front end: NVRTC's code generation is not
+// deterministic (docs/benchmarks.md#compilation).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -14,9 +17,11 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "server/common/flags.h"
+#include "tuner/base/rng.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/kernel_compile.h"
 #include "tuner/session/job.h"
@@ -63,9 +68,21 @@ void BenchKernel(const Nvrtc& nvrtc, const Flags& f, const std::string& file) {
   }
   std::vector<double> full_ms, minimal_ms;
   int same = 0, refused = 0;
-  Space::Enumerator it = job->space->Enumerate();
-  Config config;
-  for (int i = 0; i < f.configs && it.Next(&config); ++i) {
+  // A seeded sample: the first configurations listed are a space's
+  // smallest (one stage, no unrolling), which compile fastest.
+  Rng rng(1);
+  std::unordered_set<Config, ConfigHash> drawn;
+  for (int attempt = 0; attempt < 100 * f.configs && static_cast<int>(drawn.size()) < f.configs;
+       ++attempt) {
+    std::optional<Config> c = job->space->Sample(rng);
+    if (!c) break;
+    drawn.insert(*std::move(c));
+  }
+  std::vector<Config> configs(drawn.begin(), drawn.end());
+  std::sort(configs.begin(), configs.end(),
+            [](const Config& a, const Config& b) { return a.index < b.index; });
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const Config& config = configs[i];
     v1::CompileRequest full =
         BuildCompileRequest(job->spec, job->source, job->base_dir, *job->space, config, f.arch);
     full.set_try_minimal(false);
@@ -119,6 +136,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   f.configs = static_cast<int>(configs->value_or(f.configs));
+  // Each configuration is compiled twice: on a machine with the driver,
+  // NVRTC would answer the second from the driver's compute cache
+  // (~/.nv/ComputeCache), which keeps the code generation's result.
+  setenv("CUDA_CACHE_DISABLE", "1", 1);
   absl::StatusOr<const ktune::Nvrtc*> nvrtc = ktune::Nvrtc::Get();
   if (!nvrtc.ok()) {
     std::fprintf(stderr, "%s\n", std::string(nvrtc.status().message()).c_str());
@@ -130,7 +151,8 @@ int main(int argc, char** argv) {
   }
   std::printf("NVRTC %s, %s, medians of one compile per configuration\n",
               (*nvrtc)->version_text().c_str(), f.arch.c_str());
-  for (const char* file : {"saxpy.json", "sgemm.json", "reduction.json", "transpose.json"}) {
+  for (const char* file :
+       {"saxpy.json", "sgemm.json", "sgemm_large.json", "reduction.json", "transpose.json"}) {
     ktune::BenchKernel(**nvrtc, f, file);
   }
   return 0;

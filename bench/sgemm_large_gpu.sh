@@ -6,11 +6,13 @@
 #
 # Steps, in the order given:
 #   first          process start to the first stored measurement, saxpy,
-#                  one evaluation: a cold compile cache, then warm ones,
+#                  one evaluation: cold compile caches (ktune's and the
+#                  driver's), then warm ones,
 #                  alternating with BUNDLE/bin/ktune_before when present
 #                  (an earlier build, for a side-by-side figure)
 #   auto SECONDS   kernels/sgemm_large.json with the default strategy and a
-#                  time budget of SECONDS (compilation included)
+#                  time budget of SECONDS (compilation included, from
+#                  empty compile caches, ktune's and the driver's)
 #   cublas         bench/cublas_bench: cuBLAS fp32 SGEMM beside auto's best
 #   record SECONDS brute force over kernels/sgemm_large_slice.json for at
 #                  most SECONDS (resumable: the store is OUT/record.db.gz,
@@ -33,7 +35,10 @@ first_run() {
   # Builds from b36c8cc on print their steps with --timings.
   local extra=(--timings)
   t0=$(ms_now)
-  KTUNE_CACHE_DIR=$cache run "$bin" tune kernels/saxpy.json --local --device 0 --db "$db" \
+  # NVRTC's code generation is cached by the driver too (its compute
+  # cache, ~/.nv/ComputeCache): a cold run gets an empty one of its own.
+  KTUNE_CACHE_DIR=$cache CUDA_CACHE_PATH=$cache/driver run "$bin" tune kernels/saxpy.json \
+    --local --device 0 --db "$db" \
     --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
   local rc=$?
   t1=$(ms_now)
@@ -52,13 +57,17 @@ step_first() {
   for i in 1 2 3 4 5; do
     for bin in "${bins[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
   done
-  KTUNE_CACHE_DIR="$work/warm" run ktune tune kernels/saxpy.json --local --device 0 \
+  KTUNE_CACHE_DIR="$work/warm" CUDA_CACHE_PATH="$work/warm/driver" run ktune tune \
+    kernels/saxpy.json --local --device 0 \
     --db "$work/last.db" --max-evals 1 --timings 2>&1 | grep timings
 }
 
 step_auto() {
   local seconds=$1
-  run ktune tune kernels/sgemm_large.json --local --device 0 --db "$work/auto.db" \
+  # Compilation is part of the budget: nothing compiled by an earlier run
+  # on this machine (ktune's cache or the driver's) may shorten it.
+  KTUNE_CACHE_DIR="$work/auto_cache" CUDA_CACHE_PATH="$work/auto_cache/driver" \
+    run ktune tune kernels/sgemm_large.json --local --device 0 --db "$work/auto.db" \
     --max-seconds "$seconds" --json >"$out/auto.json"
   local job
   job=$(sed -n 's/.*"job_id": *"\([0-9a-f]*\)".*/\1/p' "$out/auto.json" | head -1)
