@@ -201,7 +201,7 @@ TEST(StrategiesTest, FailuresBesideTheOptimumDoNotHideIt) {
     return Ok(10.0 / static_cast<double>(tile) + 0.05 * std::abs(static_cast<double>(block - 6)));
   };
   double sum[2] = {0, 0};
-  constexpr int kSeeds = 20;
+  constexpr int kSeeds = 100;
   for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
     for (int with = 0; with < 2; ++with) {
       const RunResult run =
