@@ -37,6 +37,7 @@ first_run() {
   t0=$(ms_now)
   # NVRTC's code generation is cached by the driver too (its compute
   # cache, ~/.nv/ComputeCache): a cold run gets an empty one of its own.
+  mkdir -p "$cache/driver"
   KTUNE_CACHE_DIR=$cache CUDA_CACHE_PATH=$cache/driver run "$bin" tune kernels/saxpy.json \
     --local --device 0 --db "$db" \
     --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
@@ -66,6 +67,7 @@ step_auto() {
   local seconds=$1
   # Compilation is part of the budget: nothing compiled by an earlier run
   # on this machine (ktune's cache or the driver's) may shorten it.
+  mkdir -p "$work/auto_cache/driver"
   KTUNE_CACHE_DIR="$work/auto_cache" CUDA_CACHE_PATH="$work/auto_cache/driver" \
     run ktune tune kernels/sgemm_large.json --local --device 0 --db "$work/auto.db" \
     --max-seconds "$seconds" --json >"$out/auto.json"
