@@ -34,10 +34,10 @@ first_run() {
   db="$work/first_$RANDOM.db"
   # Builds from b36c8cc on print their steps with --timings.
   local extra=(--timings)
-  t0=$(ms_now)
   # NVRTC's code generation is cached by the driver too (its compute
   # cache, ~/.nv/ComputeCache): a cold run gets an empty one of its own.
   mkdir -p "$cache/driver"
+  t0=$(ms_now)
   KTUNE_CACHE_DIR=$cache CUDA_CACHE_PATH=$cache/driver run "$bin" tune kernels/saxpy.json \
     --local --device 0 --db "$db" \
     --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
