@@ -10,6 +10,9 @@
 #                  driver's), then warm ones,
 #                  alternating with BUNDLE/bin/ktune_before when present
 #                  (an earlier build, for a side-by-side figure)
+#   worker         the same with ktune-worker beside ktune against a copy
+#                  of ktune in a folder without it (which runs its workers
+#                  itself), alternating, warm caches, 12 runs each
 #   auto SECONDS   kernels/sgemm_large.json with the default strategy and a
 #                  time budget of SECONDS (compilation included, from
 #                  empty compile caches, ktune's and the driver's)
@@ -26,6 +29,8 @@ shift 2
 work=$(mktemp -d)
 mkdir -p "$out"
 run() { "$bundle/run.sh" "$@"; }
+# A program by path (a copy outside the bundle), with the bundle's libraries.
+run_path() { LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 ms_now() { echo $(($(date +%s%N) / 1000000)); }
 
 # One saxpy job of one evaluation: "BIN start-to-exit MS first-stored MS".
@@ -38,7 +43,9 @@ first_run() {
   # cache, ~/.nv/ComputeCache): a cold run gets an empty one of its own.
   mkdir -p "$cache/driver"
   t0=$(ms_now)
-  KTUNE_CACHE_DIR=$cache CUDA_CACHE_PATH=$cache/driver run "$bin" tune kernels/saxpy.json \
+  local runner=run
+  [[ $bin == */* ]] && runner=run_path
+  KTUNE_CACHE_DIR=$cache CUDA_CACHE_PATH=$cache/driver $runner "$bin" tune kernels/saxpy.json \
     --local --device 0 --db "$db" \
     --max-evals 1 "${extra[@]}" >/dev/null 2>"$work/first.err"
   local rc=$?
@@ -61,6 +68,22 @@ step_first() {
   KTUNE_CACHE_DIR="$work/warm" CUDA_CACHE_PATH="$work/warm/driver" run ktune tune \
     kernels/saxpy.json --local --device 0 \
     --db "$work/last.db" --max-evals 1 --timings 2>&1 | grep timings
+}
+
+step_worker() {
+  local solo="$work/solo/ktune"
+  mkdir -p "$work/solo"
+  cp "$bundle/bin/ktune" "$solo"
+  first_run ktune "$work/warm" >/dev/null  # fills the warm cache
+  for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
+    if ((i % 2)); then
+      echo "warm $i: $(first_run ktune "$work/warm")"
+      echo "warm $i: $(first_run "$solo" "$work/warm")"
+    else
+      echo "warm $i: $(first_run "$solo" "$work/warm")"
+      echo "warm $i: $(first_run ktune "$work/warm")"
+    fi
+  done
 }
 
 step_auto() {
@@ -99,6 +122,7 @@ while [ $# -gt 0 ]; do
   shift
   case "$step" in
     first) step_first 2>&1 | tee "$out/first.log" ;;
+    worker) step_worker 2>&1 | tee "$out/worker.log" ;;
     auto) step_auto "$1" 2>&1 | tee "$out/auto.log"; shift ;;
     cublas) step_cublas 2>&1 | tee "$out/cublas.log" ;;
     record) step_record "$1" 2>&1 | tee "$out/record.log"; shift ;;

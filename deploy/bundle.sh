@@ -18,6 +18,8 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 bins=("$build/server/ktune")
 [ -x "$build/server/ktuned" ] && bins+=("$build/server/ktuned")
+# The worker processes' program, found by ktune and ktuned beside them.
+[ -x "$build/server/ktune-worker" ] && bins+=("$build/server/ktune-worker")
 for extra in "$build/tests/gpu_test" "$build/bench/tune_bench" "$build/bench/space_bench" \
   "$build/bench/concurrency_bench" "$build/bench/daemon_bench" "$build/bench/client_bench" \
   "$build/bench/compile_bench" "$build/bench/energy_probe" "$build/bench/cublas_bench"; do

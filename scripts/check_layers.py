@@ -39,8 +39,11 @@ ALLOWED = {
     "server/common": ["tuner", "strategies"],
     "server/runner": ["tuner", "strategies", "server/common"],
     "server/web": ["tuner/base"],
-    "server/daemon": ["tuner", "strategies", "server/common", "server/runner", "server/web"],
-    "server/cli": ["tuner", "strategies", "server/common", "server/runner", "server/web"],
+    "server/worker": ["tuner/base", "tuner/ipc", "tuner/compile", "tuner/measure"],
+    "server/daemon": ["tuner", "strategies", "server/common", "server/runner", "server/web",
+                      "server/worker"],
+    "server/cli": ["tuner", "strategies", "server/common", "server/runner", "server/web",
+                   "server/worker"],
     "server/client": ["tuner/base", "tuner/expr", "tuner/space", "tuner/store", "server/common"],
 }
 CHECKED_ROOTS = ("tuner/", "strategies/", "server/")

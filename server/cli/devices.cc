@@ -31,7 +31,7 @@ const CommandSpec kDevicesCommand{
 std::optional<Failure> RunDevices(const Args& args, int* exit_code) {
 #ifdef KTUNE_HAVE_CUDA
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
-      ListCudaDevices(WorkerProgram{SelfExecutable()});
+      ListCudaDevices(WorkerProgram{WorkerExecutable()});
 #else
   absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus = absl::FailedPreconditionError(
       "this ktune was built without the CUDA toolkit: only simulated devices (sim:FILE)");

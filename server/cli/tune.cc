@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Device>> DeviceFromArgs(const Args& args, v1::Job
   }
   OpenDeviceOptions options;
   options.base_dir = device_base;
-  options.worker_program = SelfExecutable();
+  options.worker_program = WorkerExecutable();
   absl::StatusOr<std::optional<double>> speed = args.GetDouble("sim-speed", 0);
   absl::StatusOr<std::optional<std::int64_t>> workers = args.GetInt("compile-workers", 1, 1024);
   for (const absl::Status& s : {speed.status(), workers.status()}) {

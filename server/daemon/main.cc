@@ -31,6 +31,7 @@
 #include "server/daemon/scheduler.h"
 #include "server/daemon/service.h"
 #include "server/runner/runner.h"
+#include "server/worker/dispatch.h"
 #include "tuner/base/file.h"
 #include "tuner/base/status_macros.h"
 #include "tuner/base/strings.h"
@@ -221,7 +222,7 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
       so.devices.push_back(d);
     }
   }
-  so.device_options.worker_program = SelfExecutable();
+  so.device_options.worker_program = WorkerExecutable();
   auto read_int = [&](const char* name, std::int64_t min, std::int64_t max,
                       std::int64_t* out) -> absl::Status {
     KTUNE_ASSIGN_OR_RETURN(const std::optional<std::int64_t> v, args.GetInt(name, min, max));
@@ -267,7 +268,7 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   if (so.devices.empty()) {
 #ifdef KTUNE_HAVE_CUDA
     absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =
-        ListCudaDevices(WorkerProgram{SelfExecutable()});
+        ListCudaDevices(WorkerProgram{WorkerExecutable()});
     if (!gpus.ok()) {
       return absl::InvalidArgumentError(
           StrCat("no --device given and no GPU found (", gpus.status().message(),

@@ -17,7 +17,6 @@
 #include "tuner/compile/compile_pool.h"
 #include "tuner/compile/nvrtc.h"
 #include "tuner/device/cuda_device.h"
-#include "tuner/measure/measure_worker.h"
 #endif
 
 namespace ktune {
@@ -321,18 +320,6 @@ absl::Status RejectFileReferences(const v1::JobSpec& spec) {
                                             load.companions(c).kernel()));
   }
   return absl::OkStatus();
-}
-
-std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program) {
-  if (args.empty() || args[0] != "__worker") return std::nullopt;
-#ifdef KTUNE_HAVE_CUDA
-  const std::vector<std::string> rest(args.begin() + std::min<std::size_t>(2, args.size()),
-                                      args.end());
-  if (args.size() >= 2 && args[1] == "compile") return RunCompileWorker(rest);
-  if (args.size() >= 2 && args[1] == "measure") return RunMeasureWorker(rest);
-#endif
-  std::cerr << program << ": unknown worker\n";
-  return 1;
 }
 
 }  // namespace ktune

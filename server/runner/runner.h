@@ -91,11 +91,6 @@ absl::Status InlineFiles(v1::JobSpec& spec, const std::string& base_dir);
 // daemon's machine. INVALID_ARGUMENT names the field.
 absl::Status RejectFileReferences(const v1::JobSpec& spec);
 
-// ktune and ktuned are their own worker programs: for "__worker compile"
-// and "__worker measure" (argv after the program name) this runs the worker
-// and returns its exit code; nullopt for any other command line.
-std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program);
-
 }  // namespace ktune
 
 #endif  // KTUNE_SERVER_RUNNER_RUNNER_H_

@@ -154,9 +154,10 @@ TEST(NvrtcTest, RefusesArchitecturesItCannotTarget) {
   EXPECT_EQ(ParseArchitecture("compute_90"), -1);
 }
 
+// Compile workers as ktune starts them: ktune-worker, installed beside it.
 CompilePoolOptions PoolOptions(const std::string& cache) {
   CompilePoolOptions o;
-  o.worker_argv = {KTUNE_CLI_PATH, "__worker", "compile"};
+  o.worker_argv = {KTUNE_WORKER_PATH, "__worker", "compile"};
   o.workers = 2;
   o.cache_dir = cache;
   o.nvrtc_version = NvrtcOrSkip()->version_text();
@@ -184,6 +185,18 @@ TEST(CompilePoolTest, WorkersCompileAndTheCacheAnswersRepeats) {
   EXPECT_TRUE((*again)->Submit(Saxpy(128, 2)).get().ok());
   EXPECT_EQ((*again)->compiled(), 0);
   EXPECT_EQ((*again)->cache_hits(), 1);
+}
+
+TEST(CompilePoolTest, KtuneRunsItsOwnWorkersWhereKtuneWorkerIsMissing) {
+  SKIP_WITHOUT_NVRTC();
+  CompilePoolOptions o = PoolOptions("");
+  o.worker_argv = {KTUNE_CLI_PATH, "__worker", "compile"};
+  o.workers = 1;
+  absl::StatusOr<std::unique_ptr<CompilePool>> pool = CompilePool::Start(o);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const v1::CompileResult out = (*pool)->Submit(Saxpy(64, 2)).get();
+  EXPECT_TRUE(out.ok()) << out.log() << out.error();
+  EXPECT_EQ((*pool)->compiled(), 1);
 }
 
 TEST(CompilePoolTest, ASourceThatNeedsTheFullFrontEndGetsItForLaterVariants) {

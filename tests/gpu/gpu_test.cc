@@ -19,6 +19,7 @@
 #include "tuner/cuda/nvml.h"
 #include "tuner/device/cuda_device.h"
 #include "tuner/device/device_group.h"
+#include "tuner/ipc/subprocess.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
 #include "tuner/store/store.h"
@@ -28,9 +29,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The worker program as ktune starts it: ktune-worker beside ktune.
 WorkerProgram Program() {
   const char* bin = std::getenv("KTUNE_BIN");
-  return WorkerProgram{bin != nullptr ? bin : KTUNE_CLI_PATH};
+  return WorkerProgram{WorkerExecutable(bin != nullptr ? bin : KTUNE_CLI_PATH)};
 }
 
 std::string KernelDir() {

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "ktune/v1/worker.pb.h"
+#include "tests/testing/temp_dir.h"
 
 namespace ktune {
 namespace {
@@ -65,6 +69,33 @@ TEST(SubprocessTest, MissingProgramIsAnError) {
   if (p.ok()) {
     EXPECT_EQ(p->Kill().substr(0, 9), "exit code");
   }
+}
+
+TEST(SubprocessTest, WorkersRunFromTheLeanProgramWhereItIsInstalled) {
+  namespace fs = std::filesystem;
+  const testing::TempDir tmp;
+  const std::string bin = tmp.path() + "/bin";
+  fs::create_directories(bin);
+  const std::string self = bin + "/ktune";
+  auto make = [](const std::string& path, fs::perms perms) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << "#!/bin/sh\n";
+    fs::permissions(path, perms);
+  };
+  make(self, fs::perms::owner_all);
+  // Nothing installed: the program runs its own workers.
+  EXPECT_EQ(WorkerExecutable(self), self);
+  // An installed layout: PREFIX/libexec/ktune/ktune-worker.
+  const std::string libexec = tmp.path() + "/libexec/ktune/ktune-worker";
+  make(libexec, fs::perms::owner_all);
+  EXPECT_EQ(WorkerExecutable(self), bin + "/../libexec/ktune/ktune-worker");
+  // A build tree or a bundle: beside the program, found first.
+  make(bin + "/ktune-worker", fs::perms::owner_all);
+  EXPECT_EQ(WorkerExecutable(self), bin + "/ktune-worker");
+  // A file that cannot be run is not a worker program.
+  fs::permissions(bin + "/ktune-worker", fs::perms::owner_read | fs::perms::owner_write);
+  fs::permissions(libexec, fs::perms::owner_read);
+  EXPECT_EQ(WorkerExecutable(self), self);
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ class CompileCache {
 };
 
 struct CompilePoolOptions {
-  // The worker command: runs RunCompileWorker (e.g. {"/path/ktune",
-  // "__worker", "compile"}).
+  // The worker command: runs RunCompileWorker (e.g.
+  // {"/path/ktune-worker", "__worker", "compile"}).
   std::vector<std::string> worker_argv;
   int workers = 1;
   std::chrono::milliseconds timeout{120'000};  // per compile

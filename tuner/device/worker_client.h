@@ -23,7 +23,8 @@
 namespace ktune {
 
 // Where the worker program is: a binary that runs RunCompileWorker for
-// "__worker compile" and RunMeasureWorker for "__worker measure" (ktune).
+// "__worker compile" and RunMeasureWorker for "__worker measure"
+// (ktune-worker, or ktune and ktuned themselves: WorkerExecutable).
 struct WorkerProgram {
   std::string path;
   std::vector<std::string> Argv(const std::string& kind) const { return {path, "__worker", kind}; }

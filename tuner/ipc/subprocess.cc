@@ -218,4 +218,17 @@ std::string SelfExecutable() {
   return std::string(buf, static_cast<std::size_t>(n));
 }
 
+std::string WorkerExecutable() { return WorkerExecutable(SelfExecutable()); }
+
+std::string WorkerExecutable(const std::string& self) {
+  const std::size_t slash = self.rfind('/');
+  if (slash == std::string::npos) return self;
+  const std::string folder = self.substr(0, slash + 1);
+  for (const std::string& candidate :
+       {folder + "ktune-worker", folder + "../libexec/ktune/ktune-worker"}) {
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return self;
+}
+
 }  // namespace ktune

@@ -112,6 +112,15 @@ void DieWithParent();
 // The path of the running executable (/proc/self/exe).
 std::string SelfExecutable();
 
+// The program to start worker processes with ("__worker compile" or
+// "__worker measure"): ktune-worker beside the running executable or in
+// ../libexec/ktune/ from its folder, where one is installed (it loads a
+// fraction of the libraries, so every worker starts sooner), else the
+// running executable itself (ktune and ktuned run workers too). The second
+// form looks beside `self` instead.
+std::string WorkerExecutable();
+std::string WorkerExecutable(const std::string& self);
+
 }  // namespace ktune
 
 #endif  // KTUNE_TUNER_IPC_SUBPROCESS_H_
