@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iostream>
 
+#include "tuner/ipc/worker_protocol.h"
+
 #ifdef KTUNE_HAVE_CUDA
 #include "tuner/compile/compile_pool.h"
 #include "tuner/measure/measure_worker.h"
@@ -12,6 +14,10 @@ namespace ktune {
 
 std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program) {
   if (args.empty() || args[0] != "__worker") return std::nullopt;
+  if (absl::Status s = CheckWorkerProtocol(args); !s.ok()) {
+    std::cerr << program << ": " << s.message() << "\n";
+    return 3;
+  }
 #ifdef KTUNE_HAVE_CUDA
   const std::vector<std::string> rest(args.begin() + std::min<std::size_t>(2, args.size()),
                                       args.end());

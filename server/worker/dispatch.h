@@ -13,7 +13,9 @@ namespace ktune {
 
 // For "__worker compile" and "__worker measure" (argv after the program
 // name) runs the worker and returns its exit code; nullopt for any other
-// command line. `program` names the binary in messages.
+// command line. A worker whose parent names another worker protocol
+// (tuner/ipc/worker_protocol.h) says so and exits with 3. `program` names
+// the binary in messages.
 std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char* program);
 
 }  // namespace ktune

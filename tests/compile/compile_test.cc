@@ -14,6 +14,8 @@
 #include "tuner/cuda/driver.h"
 #include "tuner/cuda/fill.h"
 #include "tuner/device/cuda_device.h"
+#include "tuner/ipc/subprocess.h"
+#include "tuner/ipc/worker_protocol.h"
 #include "tuner/measure/helper_kernels.h"
 #include "tuner/measure/measure_worker.h"
 #include "tuner/session/job.h"
@@ -154,10 +156,11 @@ TEST(NvrtcTest, RefusesArchitecturesItCannotTarget) {
   EXPECT_EQ(ParseArchitecture("compute_90"), -1);
 }
 
-// Compile workers as ktune starts them: ktune-worker, installed beside it.
+// Compile workers as ktune starts them: ktune-worker, installed beside it,
+// told this build's worker protocol.
 CompilePoolOptions PoolOptions(const std::string& cache) {
   CompilePoolOptions o;
-  o.worker_argv = {KTUNE_WORKER_PATH, "__worker", "compile"};
+  o.worker_argv = WorkerProgram{KTUNE_WORKER_PATH}.Argv("compile");
   o.workers = 2;
   o.cache_dir = cache;
   o.nvrtc_version = NvrtcOrSkip()->version_text();
@@ -197,6 +200,20 @@ TEST(CompilePoolTest, KtuneRunsItsOwnWorkersWhereKtuneWorkerIsMissing) {
   const v1::CompileResult out = (*pool)->Submit(Saxpy(64, 2)).get();
   EXPECT_TRUE(out.ok()) << out.log() << out.error();
   EXPECT_EQ((*pool)->compiled(), 1);
+}
+
+TEST(CompilePoolTest, KtuneWorkerFromAnotherBuildRefusesToRun) {
+  // A parent naming another worker protocol: the worker exits with 3
+  // before reading a request (this build's: every pool test here).
+  absl::StatusOr<Subprocess> other = Subprocess::Start(
+      {KTUNE_WORKER_PATH, "__worker", "compile", "--protocol", "0123456789abcdef"});
+  ASSERT_TRUE(other.ok()) << other.status();
+  v1::CompileResult ignored;
+  EXPECT_EQ(other->channel()
+                .Receive(&ignored, std::chrono::steady_clock::now() + std::chrono::seconds(30))
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(other->Kill(), "exit code 3");
 }
 
 TEST(CompilePoolTest, ASourceThatNeedsTheFullFrontEndGetsItForLaterVariants) {

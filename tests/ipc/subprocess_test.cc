@@ -9,6 +9,7 @@
 
 #include "ktune/v1/worker.pb.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/ipc/worker_protocol.h"
 
 namespace ktune {
 namespace {
@@ -96,6 +97,17 @@ TEST(SubprocessTest, WorkersRunFromTheLeanProgramWhereItIsInstalled) {
   fs::permissions(bin + "/ktune-worker", fs::perms::owner_read | fs::perms::owner_write);
   fs::permissions(libexec, fs::perms::owner_read);
   EXPECT_EQ(WorkerExecutable(self), self);
+}
+
+TEST(SubprocessTest, AWorkerRefusesAParentOfAnotherProtocol) {
+  EXPECT_EQ(WorkerProtocol().size(), 16u);
+  EXPECT_TRUE(CheckWorkerProtocol({"__worker", "measure"}).ok());
+  EXPECT_TRUE(CheckWorkerProtocol({"__worker", "measure", "--protocol", WorkerProtocol()}).ok());
+  const absl::Status other =
+      CheckWorkerProtocol({"__worker", "compile", "--protocol", "0123456789abcdef", "--warm"});
+  EXPECT_EQ(other.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.message().find("0123456789abcdef"), std::string_view::npos) << other;
+  EXPECT_NE(other.message().find(WorkerProtocol()), std::string_view::npos) << other;
 }
 
 }  // namespace

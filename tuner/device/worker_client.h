@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "ktune/v1/worker.pb.h"
 #include "tuner/ipc/subprocess.h"
+#include "tuner/ipc/worker_protocol.h"
 #include "tuner/space/measurement.h"
 
 namespace ktune {
@@ -27,7 +28,9 @@ namespace ktune {
 // (ktune-worker, or ktune and ktuned themselves: WorkerExecutable).
 struct WorkerProgram {
   std::string path;
-  std::vector<std::string> Argv(const std::string& kind) const { return {path, "__worker", kind}; }
+  std::vector<std::string> Argv(const std::string& kind) const {
+    return {path, "__worker", kind, kWorkerProtocolFlag, WorkerProtocol()};
+  }
 };
 
 class WorkerClient {
