@@ -13,7 +13,6 @@
 
 #include "server/cli/command.h"
 #include "server/cli/remote.h"
-#include "server/runner/runner.h"
 #include "server/worker/dispatch.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/sqlite.h"
