@@ -24,7 +24,14 @@ std::optional<int> RunIfWorker(const std::vector<std::string>& args, const char*
   if (args.size() >= 2 && args[1] == "compile") return RunCompileWorker(rest);
   if (args.size() >= 2 && args[1] == "measure") return RunMeasureWorker(rest);
 #endif
-  std::cerr << program << ": unknown worker\n";
+  std::cerr << program << ": unknown worker \"" << (args.size() >= 2 ? args[1] : "")
+            << "\" (this build runs "
+#ifdef KTUNE_HAVE_CUDA
+            << "\"compile\" and \"measure\""
+#else
+            << "none: it was built without CUDA"
+#endif
+            << ")\n";
   return 1;
 }
 

@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_join.h"
+#include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/rng.h"
 #include "tuner/compile/compile_pool.h"
@@ -214,6 +216,30 @@ TEST(CompilePoolTest, KtuneWorkerFromAnotherBuildRefusesToRun) {
                 .code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(other->Kill(), "exit code 3");
+}
+
+TEST(KtuneWorkerTest, RunByHandItSaysWhatItIsFor) {
+  // Installed beside ktune (or in libexec), the worker processes' program
+  // answers someone who runs it by hand with a line saying what starts it,
+  // rather than a worker waiting on a terminal.
+  const testing::TempDir tmp;
+  const std::string out = tmp.File("stdout"), err = tmp.File("stderr");
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{}, {"tune", "sgemm.json"}, {"--help"}}) {
+    EXPECT_EQ(testing::WaitExit(testing::Spawn(KTUNE_WORKER_PATH, args, out, err)), 2)
+        << absl::StrJoin(args, " ");
+    EXPECT_EQ(testing::Slurp(out), "");
+    EXPECT_THAT(testing::Slurp(err),
+                HasSubstr("ktune-worker: runs the worker processes of ktune and ktuned"))
+        << absl::StrJoin(args, " ");
+  }
+  // A worker this build does not have is named.
+  for (const char* kind : {"search", ""}) {
+    EXPECT_EQ(testing::WaitExit(testing::Spawn(KTUNE_WORKER_PATH, {"__worker", kind}, out, err)),
+              1);
+    EXPECT_THAT(testing::Slurp(err),
+                HasSubstr("ktune-worker: unknown worker \"" + std::string(kind) + "\""));
+  }
 }
 
 TEST(CompilePoolTest, ASourceThatNeedsTheFullFrontEndGetsItForLaterVariants) {
