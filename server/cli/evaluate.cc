@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <thread>
 #include "absl/status/status.h"
 #include "server/cli/command.h"
 #include "server/cli/remote.h"
@@ -52,6 +53,10 @@ const CommandSpec kEvaluateCommand{
       "overlapping the measurements, as ktune tune with N NVRTC workers does (default 0: each "
       "candidate's recorded time added one after another)"},
      {"seed", "N", "first seed (default 0)"},
+     {"threads", "N",
+      "run the repeats on N threads (default: one per core); the scores are the same for any "
+      "N, the strategy's time per proposal (MS/PROP) is its own only with N no more than the "
+      "free cores"},
      {"short-only", "",
       "stop each run at the short budget: the short score only, ten times faster"},
      {"warm-from", "sim:FILE",
@@ -318,6 +323,10 @@ std::optional<Failure> PlanEvaluate(const Args& args, EvaluatePlan& plan) {
   if (!workers.ok()) return InvalidInput(workers.status());
   options.compile_workers = static_cast<int>(workers->value_or(0));
   options.seed = seed->value_or(0);
+  absl::StatusOr<std::optional<std::int64_t>> threads = args.GetInt("threads", 1, 1024);
+  if (!threads.ok()) return InvalidInput(threads.status());
+  options.threads = static_cast<int>(
+      threads->value_or(std::max<unsigned>(1, std::thread::hardware_concurrency())));
   options.short_only = args.Has("short-only");
   absl::StatusOr<std::optional<double>> seconds = args.GetDouble("max-seconds", 1e-3);
   if (!seconds.ok()) return InvalidInput(seconds.status());

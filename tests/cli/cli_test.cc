@@ -297,7 +297,8 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
                                          "random,local", "--repeats", "3",   "--json"};
   const Json full = RunJson(args);
   std::vector<std::string> short_args = args;
-  short_args.push_back("--short-only");
+  // On one thread (the full run: one per core), the same scores.
+  short_args.insert(short_args.end(), {"--short-only", "--threads", "1"});
   const Json brief = RunJson(short_args);
   const Json& space = full.Find("spaces")->as_array().at(0);
   const Json& brief_space = brief.Find("spaces")->as_array().at(0);
@@ -335,6 +336,7 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
   const RunResult repeats = Run({"evaluate", "--device", cache, "--repeats", "0"});
   EXPECT_EQ(repeats.code, 2);
   EXPECT_THAT(repeats.err, HasSubstr("--repeats"));
+  EXPECT_THAT(Run({"evaluate", "--device", cache, "--threads", "0"}).err, HasSubstr("--threads"));
 }
 
 TEST_F(CliTest, StrategySettingsOnTheCommandLineShapeTheJob) {

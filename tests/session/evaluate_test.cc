@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "strategies/random_search.h"
+#include "strategies/registry.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -162,6 +163,54 @@ TEST(EvaluateTest, ShortOnlyGivesTheFullRunsShortScore) {
   EXPECT_FALSE(std::isnan(short_only->fraction_of_optimum[0]));
   EXPECT_DOUBLE_EQ(short_only->fraction_of_optimum[0], full->fraction_of_optimum[0]);
   EXPECT_TRUE(std::isnan(short_only->fraction_of_optimum[1]));
+}
+
+// Repeats on several threads score exactly as on one: each repeat has its
+// own strategy and seed, and the results are added up in seed order.
+TEST(EvaluateTest, ThreadsScoreExactlyAsOne) {
+  const RecordedSpace rs = SmallRecording(/*cost_ms=*/20);
+  for (const char* name : {"genetic", "auto"}) {
+    StrategyFactory factory = [name](const Space& space, std::uint64_t seed) {
+      StrategyOptions so;
+      so.seed = seed;
+      so.max_evaluations = 230;
+      return MakeStrategy(name, space, so);
+    };
+    for (const bool timed : {false, true}) {
+      EvaluateOptions options;
+      options.repeats = 9;
+      options.seed = 11;
+      options.short_only = std::string(name) == "auto";  // bayes is slow under sanitizers
+      if (timed) {
+        options.short_only = false;
+        options.max_recorded_time = Millis(600);
+      }
+      std::vector<StrategyScore> scores;
+      for (const int threads : {1, 4}) {
+        options.threads = threads;
+        std::vector<int> reported;
+        options.on_repeat = [&](int done) { reported.push_back(done); };
+        absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, options);
+        ASSERT_TRUE(sc.ok()) << sc.status();
+        // Every repeat reported once, counting up.
+        EXPECT_EQ(reported, std::vector<int>({1, 2, 3, 4, 5, 6, 7, 8, 9})) << name;
+        scores.push_back(*std::move(sc));
+      }
+      const StrategyScore& one = scores[0];
+      const StrategyScore& four = scores[1];
+      const std::string what = StrCat(name, timed ? " timed" : "");
+      EXPECT_EQ(one.mean_curve, four.mean_curve) << what;
+      EXPECT_EQ(one.final_best, four.final_best) << what;
+      EXPECT_EQ(one.final_evaluations, four.final_evaluations) << what;
+      EXPECT_EQ(one.time_curve, four.time_curve) << what;
+      EXPECT_FALSE(one.mean_curve.empty()) << what;
+      EXPECT_EQ(one.final_best.size(), timed ? 9u : 0u) << what;
+      if (!timed) {
+        EXPECT_EQ(one.short_score, four.short_score) << what;
+        EXPECT_EQ(one.fraction_of_optimum[0], four.fraction_of_optimum[0]) << what;
+      }
+    }
+  }
 }
 
 // Under a time budget each run stops before the candidate after its

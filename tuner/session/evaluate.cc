@@ -1,9 +1,12 @@
 #include "tuner/session/evaluate.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "absl/status/status.h"
@@ -102,6 +105,166 @@ ScoreBaseline BaselineOf(const RecordedSpace& recording) {
   return ScoreBaseline(std::move(times), static_cast<std::int64_t>(recording.entries().size()));
 }
 
+namespace {
+
+// What one seeded repeat leaves for the score.
+struct RepeatResult {
+  absl::Status status;
+  std::vector<double> curve;  // best so far after each evaluation
+  double best = 0;
+  double strategy_ms = 0;  // wall time in the strategy (Ask, Tell, construction)
+  std::int64_t proposals = 0;
+  double recorded_ms = 0;  // recorded time the run spent
+  // Under a time budget: (recorded ms spent when it was known, best time).
+  std::vector<std::pair<double, double>> improved;
+};
+
+// What every repeat of one EvaluateStrategy shares, read only.
+struct RepeatSetting {
+  const std::string& name;
+  const StrategyFactory& factory;
+  const EvaluateOptions& options;
+  const Space& space;
+  const ScoreBaseline& baseline;
+  const std::unordered_map<Config, const RecordedEntry*, ConfigHash>& outcome;
+  std::size_t horizon;
+  bool timed;
+};
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Repeat `r`: a fresh strategy seeded seed + r, run over the recording to
+// the horizon or the time budget.
+RepeatResult RunRepeat(const RepeatSetting& set, int r) {
+  const EvaluateOptions& options = set.options;
+  const auto batch = static_cast<std::size_t>(std::max(1, options.batch));
+  const std::size_t ahead = std::max(batch, static_cast<std::size_t>(std::max(0, options.ahead)));
+  const int workers = set.timed ? std::max(0, options.compile_workers) : 0;
+  const double time_budget_ms = options.max_recorded_time.count();
+  RepeatResult out;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy =
+      set.factory(set.space, options.seed + static_cast<std::uint64_t>(r));
+  if (!strategy.ok()) {
+    out.status = strategy.status();
+    return out;
+  }
+  out.strategy_ms = MsSince(t0);
+  out.curve.reserve(set.timed ? 1024 : set.horizon);
+  double best = set.baseline.worst();
+  // Recorded time: when the GPU finished the last candidate measured
+  // (with one compile worker or none, the sum of the candidates' times).
+  double spent_ms = 0;
+  std::vector<double> worker_free(static_cast<std::size_t>(std::max(1, workers)), 0.0);
+  // Asked, not yet measured, with when each is compiled.
+  std::deque<std::pair<const RecordedEntry*, double>> waiting;
+  std::size_t asked_total = 0;
+  bool exhausted = false;
+  while (out.curve.size() < set.horizon) {
+    // As a job's time budget: checked before each candidate.
+    if (set.timed && spent_ms >= time_budget_ms) break;
+    while (!exhausted && waiting.size() + batch <= ahead && asked_total < set.horizon) {
+      const std::size_t n = std::min(batch, set.horizon - asked_total);
+      const auto a0 = std::chrono::steady_clock::now();
+      const std::vector<Config> asked = (*strategy)->Ask(n);
+      out.strategy_ms += MsSince(a0);
+      if (asked.empty()) exhausted = true;
+      if (asked.size() > n) {
+        out.status =
+            absl::InternalError(StrCat(set.name, " asked for ", n, " proposed ", asked.size()));
+        return out;
+      }
+      for (const Config& c : asked) {
+        auto it = set.outcome.find(c);
+        if (it == set.outcome.end()) {
+          out.status = absl::InternalError(
+              StrCat(set.name, " proposed ", set.space.Key(c), ", which is not in the space"));
+          return out;
+        }
+        double compiled_at = 0;
+        if (workers > 0) {
+          auto worker = std::min_element(worker_free.begin(), worker_free.end());
+          *worker = std::max(*worker, spent_ms) + it->second->measurement.compile_time.count();
+          compiled_at = *worker;
+        }
+        waiting.emplace_back(it->second, compiled_at);
+      }
+      asked_total += asked.size();
+    }
+    if (waiting.empty()) break;
+    const auto [entry, compiled_at] = waiting.front();
+    waiting.pop_front();
+    const Measurement& m = entry->measurement;
+    if (workers > 0) {
+      spent_ms =
+          std::max(spent_ms, compiled_at) + std::max(0.0, m.cost.count() - m.compile_time.count());
+    } else {
+      spent_ms += m.cost.count();
+    }
+    Outcome o;
+    o.status = m.status;
+    if (o.ok()) {
+      o.loss = m.time.count();
+      if (o.loss < best) out.improved.emplace_back(spent_ms, o.loss);
+      best = std::min(best, o.loss);
+    }
+    const auto t1 = std::chrono::steady_clock::now();
+    (*strategy)->Tell(entry->config, o);
+    out.strategy_ms += MsSince(t1);
+    out.curve.push_back(best);
+    ++out.proposals;
+  }
+  out.best = best;
+  out.recorded_ms = spent_ms;
+  return out;
+}
+
+// Runs repeats 0 .. repeats - 1 on `threads` threads (each repeat on one);
+// the results in repeat order, whatever the threads.
+std::vector<RepeatResult> RunRepeats(const RepeatSetting& set) {
+  const int repeats = set.options.repeats;
+  std::vector<RepeatResult> results(static_cast<std::size_t>(std::max(0, repeats)));
+  const int threads = std::clamp(set.options.threads, 1, std::max(1, repeats));
+  std::mutex mu;
+  int done = 0;
+  auto finished = [&] {
+    const std::lock_guard<std::mutex> lock(mu);
+    ++done;
+    if (set.options.on_repeat) set.options.on_repeat(done);
+  };
+  if (threads == 1) {
+    for (int r = 0; r < repeats; ++r) {
+      results[static_cast<std::size_t>(r)] = RunRepeat(set, r);
+      if (!results[static_cast<std::size_t>(r)].status.ok()) break;
+      finished();
+    }
+    return results;
+  }
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int r = next++; r < repeats && !failed; r = next++) {
+        RepeatResult& result = results[static_cast<std::size_t>(r)];
+        result = RunRepeat(set, r);
+        if (!result.status.ok()) {
+          failed = true;
+          return;
+        }
+        finished();
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  return results;
+}
+
+}  // namespace
+
 absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
                                                const std::string& name,
                                                const StrategyFactory& factory,
@@ -116,13 +279,12 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
             : (options.short_only ? baseline.short_budget() : baseline.long_budget());
   const auto horizon = static_cast<std::size_t>(budget);
   const double time_budget_ms = options.max_recorded_time.count();
-  const auto batch = static_cast<std::size_t>(std::max(1, options.batch));
-  const std::size_t ahead = std::max(batch, static_cast<std::size_t>(std::max(0, options.ahead)));
-  const int workers = timed ? std::max(0, options.compile_workers) : 0;
-  // Under a time budget, each repeat's improvements: (recorded ms spent
-  // when it was known, best time).
-  std::vector<std::vector<std::pair<double, double>>> improvements;
-  std::vector<double> run_ends;  // recorded ms each run spent
+  const RepeatSetting set{name, factory, options, space, baseline, outcome, horizon, timed};
+  std::vector<RepeatResult> runs = RunRepeats(set);
+  // A repeat that failed (the first in seed order of those that ran).
+  for (const RepeatResult& run : runs) {
+    if (!run.status.ok()) return run.status;
+  }
 
   StrategyScore score;
   score.strategy = name;
@@ -132,86 +294,17 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
   std::int64_t proposals = 0;
   static constexpr int kMarks[] = {20, 50, 100, 200};
   std::vector<double> fraction(std::size(kMarks), 0);
-  for (int r = 0; r < options.repeats; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::unique_ptr<Strategy>> strategy =
-        factory(space, options.seed + static_cast<std::uint64_t>(r));
-    if (!strategy.ok()) return strategy.status();
-    double spent =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    std::vector<double> curve;
-    curve.reserve(timed ? 1024 : horizon);
-    double best = baseline.worst();
-    // Recorded time: when the GPU finished the last candidate measured
-    // (with one compile worker or none, the sum of the candidates' times).
-    double spent_ms = 0;
-    std::vector<double> worker_free(static_cast<std::size_t>(std::max(1, workers)), 0.0);
-    std::vector<std::pair<double, double>> improved;
-    // Asked, not yet measured, with when each is compiled.
-    std::deque<std::pair<const RecordedEntry*, double>> waiting;
-    std::size_t asked_total = 0;
-    bool exhausted = false;
-    while (curve.size() < horizon) {
-      // As a job's time budget: checked before each candidate.
-      if (timed && spent_ms >= time_budget_ms) break;
-      while (!exhausted && waiting.size() + batch <= ahead && asked_total < horizon) {
-        const std::size_t n = std::min(batch, horizon - asked_total);
-        const auto a0 = std::chrono::steady_clock::now();
-        const std::vector<Config> asked = (*strategy)->Ask(n);
-        spent += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a0)
-                     .count();
-        if (asked.empty()) exhausted = true;
-        if (asked.size() > n) {
-          return absl::InternalError(StrCat(name, " asked for ", n, " proposed ", asked.size()));
-        }
-        for (const Config& c : asked) {
-          auto it = outcome.find(c);
-          if (it == outcome.end()) {
-            return absl::InternalError(
-                StrCat(name, " proposed ", space.Key(c), ", which is not in the space"));
-          }
-          double compiled_at = 0;
-          if (workers > 0) {
-            auto worker = std::min_element(worker_free.begin(), worker_free.end());
-            *worker = std::max(*worker, spent_ms) + it->second->measurement.compile_time.count();
-            compiled_at = *worker;
-          }
-          waiting.emplace_back(it->second, compiled_at);
-        }
-        asked_total += asked.size();
-      }
-      if (waiting.empty()) break;
-      const auto [entry, compiled_at] = waiting.front();
-      waiting.pop_front();
-      const Measurement& m = entry->measurement;
-      if (workers > 0) {
-        spent_ms = std::max(spent_ms, compiled_at) +
-                   std::max(0.0, m.cost.count() - m.compile_time.count());
-      } else {
-        spent_ms += m.cost.count();
-      }
-      Outcome o;
-      o.status = m.status;
-      if (o.ok()) {
-        o.loss = m.time.count();
-        if (o.loss < best) improved.emplace_back(spent_ms, o.loss);
-        best = std::min(best, o.loss);
-      }
-      const auto t1 = std::chrono::steady_clock::now();
-      (*strategy)->Tell(entry->config, o);
-      spent +=
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
-      curve.push_back(best);
-      ++proposals;
-    }
-    strategy_ms += spent;
+  double end_ms = time_budget_ms;  // the end of the longest run
+  for (RepeatResult& run : runs) {
+    strategy_ms += run.strategy_ms;
+    proposals += run.proposals;
     if (timed) {
-      run_ends.push_back(spent_ms);
-      score.final_best.push_back(best);
-      score.final_evaluations.push_back(static_cast<std::int64_t>(curve.size()));
-      improvements.push_back(std::move(improved));
+      end_ms = std::max(end_ms, run.recorded_ms);
+      score.final_best.push_back(run.best);
+      score.final_evaluations.push_back(static_cast<std::int64_t>(run.curve.size()));
     }
     // A run that stops early keeps its last best.
+    std::vector<double>& curve = run.curve;
     const double last = curve.empty() ? baseline.worst() : curve.back();
     curve.resize(horizon, last);
     for (std::size_t b = 0; b < horizon; ++b) mean[b] += curve[b] / options.repeats;
@@ -219,27 +312,24 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
       const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), horizon) - 1;
       fraction[m] += baseline.optimum() / curve[at] / options.repeats;
     }
-    if (options.on_repeat) options.on_repeat(r + 1);
   }
   if (timed) {
     // The mean best so far at 200 evenly spaced moments, to the end of the
     // last candidate of the longest run (a candidate begun within the
     // budget ends past it).
-    double end_ms = time_budget_ms;
-    for (double spent : run_ends) end_ms = std::max(end_ms, spent);
     constexpr int kSteps = 200;
     for (int k = 0; k <= kSteps; ++k) {
       const double t = end_ms * k / kSteps;
       double sum = 0;
-      for (const auto& run : improvements) {
+      for (const RepeatResult& run : runs) {
         double b = baseline.worst();
-        for (const auto& [at, value] : run) {
+        for (const auto& [at, value] : run.improved) {
           if (at > t) break;
           b = value;
         }
         sum += b;
       }
-      score.time_curve.emplace_back(t / 1e3, sum / static_cast<double>(improvements.size()));
+      score.time_curve.emplace_back(t / 1e3, sum / static_cast<double>(runs.size()));
     }
   }
   const double nan = std::numeric_limits<double>::quiet_NaN();

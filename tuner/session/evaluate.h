@@ -108,8 +108,13 @@ struct EvaluateOptions {
   // candidate after another. 0 (the default): every candidate's recorded
   // time is added one after another, as if compiling stopped the GPU.
   int compile_workers = 0;
-  // Called after each repeat with how many are done (for a progress line);
-  // may be empty.
+  // Repeats run on this many threads, each repeat on one (its strategy is
+  // never shared); the scores are the same for any number. The strategy's
+  // time per proposal is measured on its thread, so more threads than
+  // free cores inflate it.
+  int threads = 1;
+  // Called after each repeat with how many are done (for a progress line),
+  // one call at a time, from the thread that ran it; may be empty.
   std::function<void(int done)> on_repeat;
 };
 
