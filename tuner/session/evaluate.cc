@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -221,46 +222,132 @@ RepeatResult RunRepeat(const RepeatSetting& set, int r) {
   return out;
 }
 
-// Runs repeats 0 .. repeats - 1 on `threads` threads (each repeat on one);
-// the results in repeat order, whatever the threads.
-std::vector<RepeatResult> RunRepeats(const RepeatSetting& set) {
+// The repeats' results added up, in seed order (so the sums, in floating
+// point, are the same however many threads ran them).
+class ScoreSum {
+ public:
+  explicit ScoreSum(const RepeatSetting& set) : set_(set), mean_(set.horizon, 0) {}
+
+  void Add(RepeatResult run) {
+    const int repeats = set_.options.repeats;
+    strategy_ms_ += run.strategy_ms;
+    proposals_ += run.proposals;
+    if (set_.timed) {
+      end_ms_ = std::max(end_ms_, run.recorded_ms);
+      final_best_.push_back(run.best);
+      final_evaluations_.push_back(static_cast<std::int64_t>(run.curve.size()));
+      improvements_.push_back(std::move(run.improved));
+    }
+    // A run that stops early keeps its last best.
+    std::vector<double>& curve = run.curve;
+    const double last = curve.empty() ? set_.baseline.worst() : curve.back();
+    curve.resize(set_.horizon, last);
+    for (std::size_t b = 0; b < set_.horizon; ++b) mean_[b] += curve[b] / repeats;
+    for (std::size_t m = 0; m < std::size(kMarks); ++m) {
+      const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), set_.horizon) - 1;
+      fraction_[m] += set_.baseline.optimum() / curve[at] / repeats;
+    }
+  }
+
+  StrategyScore Score() && {
+    const ScoreBaseline& baseline = set_.baseline;
+    const EvaluateOptions& options = set_.options;
+    StrategyScore score;
+    score.strategy = set_.name;
+    score.repeats = options.repeats;
+    if (set_.timed) {
+      // The mean best so far at 200 evenly spaced moments, to the end of
+      // the last candidate of the longest run (a candidate begun within
+      // the budget ends past it).
+      constexpr int kSteps = 200;
+      for (int k = 0; k <= kSteps; ++k) {
+        const double t = end_ms_ * k / kSteps;
+        double sum = 0;
+        for (const auto& run : improvements_) {
+          double b = baseline.worst();
+          for (const auto& [at, value] : run) {
+            if (at > t) break;
+            b = value;
+          }
+          sum += b;
+        }
+        score.time_curve.emplace_back(t / 1e3, sum / static_cast<double>(improvements_.size()));
+      }
+      score.final_best = std::move(final_best_);
+      score.final_evaluations = std::move(final_evaluations_);
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const auto budget = static_cast<std::int64_t>(set_.horizon);
+    score.short_score = set_.timed ? nan : baseline.Score(mean_, baseline.short_budget());
+    score.long_score = options.short_only || set_.timed ? nan : baseline.Score(mean_, budget);
+    if (options.short_only) {
+      for (std::size_t m = 0; m < std::size(kMarks); ++m) {
+        if (kMarks[m] > budget) fraction_[m] = nan;
+      }
+    }
+    score.fraction_of_optimum.assign(std::begin(fraction_), std::end(fraction_));
+    score.time_per_proposal = std::chrono::duration<double, std::milli>(
+        proposals_ > 0 ? strategy_ms_ / static_cast<double>(proposals_) : 0);
+    score.mean_curve = std::move(mean_);
+    return score;
+  }
+
+ private:
+  static constexpr int kMarks[] = {20, 50, 100, 200};
+  const RepeatSetting& set_;
+  std::vector<double> mean_;
+  double fraction_[std::size(kMarks)] = {};
+  double strategy_ms_ = 0;
+  std::int64_t proposals_ = 0;
+  double end_ms_ = set_.options.max_recorded_time.count();
+  std::vector<double> final_best_;
+  std::vector<std::int64_t> final_evaluations_;
+  std::vector<std::vector<std::pair<double, double>>> improvements_;
+};
+
+// Runs repeats 0 .. repeats - 1 on `options.threads` threads, each repeat
+// on one, adding each to the sum when the repeats before it are in: only
+// the results that finished out of order wait, not every repeat's curve.
+absl::Status RunRepeats(const RepeatSetting& set, ScoreSum& sum) {
   const int repeats = set.options.repeats;
-  std::vector<RepeatResult> results(static_cast<std::size_t>(std::max(0, repeats)));
   const int threads = std::clamp(set.options.threads, 1, std::max(1, repeats));
   std::mutex mu;
-  int done = 0;
-  auto finished = [&] {
-    const std::lock_guard<std::mutex> lock(mu);
-    ++done;
-    if (set.options.on_repeat) set.options.on_repeat(done);
-  };
-  if (threads == 1) {
-    for (int r = 0; r < repeats; ++r) {
-      results[static_cast<std::size_t>(r)] = RunRepeat(set, r);
-      if (!results[static_cast<std::size_t>(r)].status.ok()) break;
-      finished();
-    }
-    return results;
-  }
+  std::map<int, RepeatResult> waiting;  // finished, before their turn
+  int added = 0;
+  absl::Status failure;  // the first repeat (in seed order) that failed
+  int failed_at = repeats;
   std::atomic<int> next{0};
   std::atomic<bool> failed{false};
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<std::size_t>(threads));
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (int r = next++; r < repeats && !failed; r = next++) {
-        RepeatResult& result = results[static_cast<std::size_t>(r)];
-        result = RunRepeat(set, r);
-        if (!result.status.ok()) {
-          failed = true;
-          return;
+  auto work = [&] {
+    for (int r = next++; r < repeats && !failed; r = next++) {
+      RepeatResult result = RunRepeat(set, r);
+      const std::lock_guard<std::mutex> lock(mu);
+      if (!result.status.ok()) {
+        if (r < failed_at) {
+          failed_at = r;
+          failure = result.status;
         }
-        finished();
+        failed = true;
+        return;
       }
-    });
+      waiting.emplace(r, std::move(result));
+      for (auto it = waiting.begin(); it != waiting.end() && it->first == added;
+           it = waiting.erase(it)) {
+        sum.Add(std::move(it->second));
+        ++added;
+        if (set.options.on_repeat) set.options.on_repeat(added);
+      }
+    }
+  };
+  if (threads == 1) {
+    work();
+  } else {
+    std::vector<std::thread> pool;
+    pool.reserve(static_cast<std::size_t>(threads));
+    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    for (std::thread& t : pool) t.join();
   }
-  for (std::thread& t : pool) t.join();
-  return results;
+  return failure;
 }
 
 }  // namespace
@@ -277,74 +364,11 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
   const std::int64_t budget =
       timed ? static_cast<std::int64_t>(recording.entries().size())
             : (options.short_only ? baseline.short_budget() : baseline.long_budget());
-  const auto horizon = static_cast<std::size_t>(budget);
-  const double time_budget_ms = options.max_recorded_time.count();
-  const RepeatSetting set{name, factory, options, space, baseline, outcome, horizon, timed};
-  std::vector<RepeatResult> runs = RunRepeats(set);
-  // A repeat that failed (the first in seed order of those that ran).
-  for (const RepeatResult& run : runs) {
-    if (!run.status.ok()) return run.status;
-  }
-
-  StrategyScore score;
-  score.strategy = name;
-  score.repeats = options.repeats;
-  std::vector<double> mean(horizon, 0);
-  double strategy_ms = 0;
-  std::int64_t proposals = 0;
-  static constexpr int kMarks[] = {20, 50, 100, 200};
-  std::vector<double> fraction(std::size(kMarks), 0);
-  double end_ms = time_budget_ms;  // the end of the longest run
-  for (RepeatResult& run : runs) {
-    strategy_ms += run.strategy_ms;
-    proposals += run.proposals;
-    if (timed) {
-      end_ms = std::max(end_ms, run.recorded_ms);
-      score.final_best.push_back(run.best);
-      score.final_evaluations.push_back(static_cast<std::int64_t>(run.curve.size()));
-    }
-    // A run that stops early keeps its last best.
-    std::vector<double>& curve = run.curve;
-    const double last = curve.empty() ? baseline.worst() : curve.back();
-    curve.resize(horizon, last);
-    for (std::size_t b = 0; b < horizon; ++b) mean[b] += curve[b] / options.repeats;
-    for (std::size_t m = 0; m < std::size(kMarks); ++m) {
-      const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), horizon) - 1;
-      fraction[m] += baseline.optimum() / curve[at] / options.repeats;
-    }
-  }
-  if (timed) {
-    // The mean best so far at 200 evenly spaced moments, to the end of the
-    // last candidate of the longest run (a candidate begun within the
-    // budget ends past it).
-    constexpr int kSteps = 200;
-    for (int k = 0; k <= kSteps; ++k) {
-      const double t = end_ms * k / kSteps;
-      double sum = 0;
-      for (const RepeatResult& run : runs) {
-        double b = baseline.worst();
-        for (const auto& [at, value] : run.improved) {
-          if (at > t) break;
-          b = value;
-        }
-        sum += b;
-      }
-      score.time_curve.emplace_back(t / 1e3, sum / static_cast<double>(runs.size()));
-    }
-  }
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  score.short_score = timed ? nan : baseline.Score(mean, baseline.short_budget());
-  score.long_score = options.short_only || timed ? nan : baseline.Score(mean, budget);
-  if (options.short_only) {
-    for (std::size_t m = 0; m < std::size(kMarks); ++m) {
-      if (kMarks[m] > budget) fraction[m] = std::numeric_limits<double>::quiet_NaN();
-    }
-  }
-  score.fraction_of_optimum = fraction;
-  score.time_per_proposal =
-      std::chrono::duration<double, std::milli>(proposals > 0 ? strategy_ms / proposals : 0);
-  score.mean_curve = std::move(mean);
-  return score;
+  const RepeatSetting set{
+      name, factory, options, space, baseline, outcome, static_cast<std::size_t>(budget), timed};
+  ScoreSum sum(set);
+  KTUNE_RETURN_IF_ERROR(RunRepeats(set, sum));
+  return std::move(sum).Score();
 }
 
 }  // namespace ktune
