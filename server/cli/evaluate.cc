@@ -276,6 +276,34 @@ Json TimedResultJson(const StrategyScore& sc) {
   return r;
 }
 
+// A score in --json: the scores, the fractions of the optimum, the
+// strategy's time per proposal.
+Json ScoreJson(const StrategyScore& sc) {
+  Json r = Json::MakeObject();
+  r.Set("strategy", sc.strategy);
+  r.Set("short_score", sc.short_score);
+  r.Set("long_score", sc.long_score);
+  Json f = Json::MakeArray();
+  for (double v : sc.fraction_of_optimum) f.Push(v);
+  r.Set("fraction_of_optimum_at_20_50_100_200", std::move(f));
+  r.Set("ms_per_proposal", sc.time_per_proposal.count());
+  return r;
+}
+
+// A score's row in the table.
+void PrintScoreRow(const std::string& label, const ScoreBaseline& baseline,
+                   const StrategyScore& sc) {
+  std::printf(
+      "%-44s %-12s %7.3f %7s %6s %6s %6s %6s %9.3f\n",
+      StrCat(label.substr(0, 34), " (", baseline.short_budget(), "/", baseline.long_budget(), ")")
+          .c_str(),
+      sc.strategy.c_str(), sc.short_score, Figure(sc.long_score, 7).c_str(),
+      Figure(sc.fraction_of_optimum[0], 6).c_str(), Figure(sc.fraction_of_optimum[1], 6).c_str(),
+      Figure(sc.fraction_of_optimum[2], 6).c_str(), Figure(sc.fraction_of_optimum[3], 6).c_str(),
+      sc.time_per_proposal.count());
+  std::fflush(stdout);
+}
+
 // What evaluate runs: the recordings, the strategies with their settings,
 // the options, and a recording to warm-start from.
 struct EvaluatePlan {
@@ -452,83 +480,95 @@ std::optional<Failure> RunEvaluate(const Args& args, int* exit_code) {
     std::printf("%-44s %-12s %7s %7s %6s %6s %6s %6s %9s\n", "SPACE (short/long budget)",
                 "STRATEGY", "SHORT", "LONG", "@20", "@50", "@100", "@200", "MS/PROP");
   }
+  // Each space's baseline, name and warm start, then every (space,
+  // strategy) pair as one task on one queue of threads.
+  struct SpacePlan {
+    ScoreBaseline baseline;
+    std::string label;
+    std::vector<std::pair<Config, Outcome>> prior;
+  };
+  std::vector<SpacePlan> plans;
   for (std::size_t i = 0; i < recordings.size(); ++i) {
     const RecordedSpace& rs = recordings[i];
-    const ScoreBaseline baseline = BaselineOf(rs);
-    std::string label = devices[i].substr(devices[i].find_last_of('/') + 1);
-    page.AddSpace(label, baseline);
-    Json space = Json::MakeObject();
-    space.Set("space", devices[i]);
-    space.Set("short_budget", baseline.short_budget());
-    space.Set("long_budget", baseline.long_budget());
-    Json results = Json::MakeArray();
-    std::vector<StrategyScore> timed_scores;
-    std::vector<std::pair<Config, Outcome>> prior;
+    SpacePlan sp{BaselineOf(rs), devices[i].substr(devices[i].find_last_of('/') + 1), {}};
     if (warm) {
       absl::StatusOr<Space> target = rs.ToSpace();
       if (!target.ok()) return Error(target.status());
-      prior = PriorFrom(*warm, *target);
-      if (prior.empty()) {
+      sp.prior = PriorFrom(*warm, *target);
+      if (sp.prior.empty()) {
         return Failure{kExitInvalidInput, StrCat("--warm-from: ", warm->path(),
                                                  " shares no configurations with ", devices[i])};
       }
     }
+    plans.push_back(std::move(sp));
+  }
+  std::vector<EvaluationTask> tasks;
+  for (std::size_t i = 0; i < recordings.size(); ++i) {
     for (const std::string& name : strategies) {
-      StrategyFactory factory = [&](const Space& sp, std::uint64_t s) {
-        StrategyOptions so;
-        so.prior = prior;
-        so.seed = s;
-        if (timed) {
-          so.time_limited = true;
-        } else {
-          so.max_evaluations = baseline.long_budget();
-        }
-        so.settings = parsed.at(name).settings;
-        return MakeStrategy(parsed.at(name).name, sp, so);
-      };
-      EvaluateOptions run = options;
-      run.on_repeat = [&, i](int done) { progress.Repeat(i, name, done); };
-      absl::StatusOr<StrategyScore> sc = EvaluateStrategy(rs, name, factory, run);
-      progress.Finish();
-      if (!sc.ok()) return Error(sc.status());
-      page.AddResult(*sc);
-      if (timed) {
-        if (json) results.Push(TimedResultJson(*sc));
-        timed_scores.push_back(*std::move(sc));
-        continue;
-      }
-      short_scores[name].push_back(sc->short_score);
-      long_scores[name].push_back(sc->long_score);
+      const SpacePlan& sp = plans[i];
+      const StrategyChoice& choice = parsed.at(name);
+      EvaluationTask task{&recordings[i], name,
+                          [&sp, &choice, timed](const Space& space, std::uint64_t s) {
+                            StrategyOptions so;
+                            so.prior = sp.prior;
+                            so.seed = s;
+                            if (timed) {
+                              so.time_limited = true;
+                            } else {
+                              so.max_evaluations = sp.baseline.long_budget();
+                            }
+                            so.settings = choice.settings;
+                            return MakeStrategy(choice.name, space, so);
+                          },
+                          options};
+      task.options.on_repeat = [&progress, i, name](int done) { progress.Repeat(i, name, done); };
+      tasks.push_back(std::move(task));
+    }
+  }
+  // Handed over in order: each space's strategies, then the next space.
+  Json space, results;
+  std::vector<StrategyScore> timed_scores;
+  auto done = [&](std::size_t k, StrategyScore sc) {
+    progress.Finish();
+    const std::size_t i = k / strategies.size();
+    const SpacePlan& sp = plans[i];
+    const ScoreBaseline& baseline = sp.baseline;
+    const std::string& label = sp.label;
+    const std::string name = sc.strategy;
+    if (k % strategies.size() == 0) {
+      page.AddSpace(label, baseline);
+      space = Json::MakeObject();
+      space.Set("space", devices[i]);
+      space.Set("short_budget", baseline.short_budget());
+      space.Set("long_budget", baseline.long_budget());
+      results = Json::MakeArray();
+      timed_scores.clear();
+    }
+    page.AddResult(sc);
+    if (timed) {
+      if (json) results.Push(TimedResultJson(sc));
+      timed_scores.push_back(std::move(sc));
+    } else {
+      short_scores[name].push_back(sc.short_score);
+      long_scores[name].push_back(sc.long_score);
       if (json) {
-        Json r = Json::MakeObject();
-        r.Set("strategy", name);
-        r.Set("short_score", sc->short_score);
-        r.Set("long_score", sc->long_score);
-        Json f = Json::MakeArray();
-        for (double v : sc->fraction_of_optimum) f.Push(v);
-        r.Set("fraction_of_optimum_at_20_50_100_200", std::move(f));
-        r.Set("ms_per_proposal", sc->time_per_proposal.count());
-        results.Push(std::move(r));
+        results.Push(ScoreJson(sc));
         // Long runs: say how far they got.
         std::fprintf(stderr, "ktune evaluate: %s %s: %.3f / %.3f\n", label.c_str(), name.c_str(),
-                     sc->short_score, sc->long_score);
+                     sc.short_score, sc.long_score);
       } else {
-        std::printf("%-44s %-12s %7.3f %7s %6s %6s %6s %6s %9.3f\n",
-                    StrCat(label.substr(0, 34), " (", baseline.short_budget(), "/",
-                           baseline.long_budget(), ")")
-                        .c_str(),
-                    name.c_str(), sc->short_score, Figure(sc->long_score, 7).c_str(),
-                    Figure(sc->fraction_of_optimum[0], 6).c_str(),
-                    Figure(sc->fraction_of_optimum[1], 6).c_str(),
-                    Figure(sc->fraction_of_optimum[2], 6).c_str(),
-                    Figure(sc->fraction_of_optimum[3], 6).c_str(), sc->time_per_proposal.count());
-        std::fflush(stdout);
+        PrintScoreRow(label, baseline, sc);
       }
     }
-    if (timed && !json) PrintTimedSpace(label, baseline, seconds, timed_scores);
-    space.Set("results", std::move(results));
-    spaces.Push(std::move(space));
-  }
+    if (k % strategies.size() == strategies.size() - 1) {
+      if (timed && !json) PrintTimedSpace(label, baseline, seconds, timed_scores);
+      space.Set("results", std::move(results));
+      spaces.Push(std::move(space));
+    }
+  };
+  const absl::Status ran = EvaluateMany(tasks, options.threads, done);
+  progress.Finish();
+  if (!ran.ok()) return Error(ran);
   if (timed) {
     if (auto html = args.Get("html")) {
       if (auto f = page.Write(*html, strategies, Json::MakeArray(), options.repeats, seconds)) {

@@ -213,6 +213,61 @@ TEST(EvaluateTest, ThreadsScoreExactlyAsOne) {
   }
 }
 
+// Several comparisons on one queue of threads: each scores as it does
+// alone, they are handed over in order, and a failing one stops the rest.
+TEST(EvaluateTest, ManyTasksOnOneQueueScoreAsEachAlone) {
+  const RecordedSpace small = SmallRecording();
+  const RecordedSpace costly = SmallRecording(/*cost_ms=*/20);
+  auto named = [](std::string name) -> StrategyFactory {
+    return [name](const Space& space, std::uint64_t seed) {
+      StrategyOptions so;
+      so.seed = seed;
+      so.max_evaluations = 230;
+      return MakeStrategy(name, space, so);
+    };
+  };
+  std::vector<EvaluationTask> tasks;
+  for (const RecordedSpace* rs : {&small, &costly}) {
+    for (const char* name : {"random", "genetic", "local"}) {
+      EvaluationTask t{rs, name, named(name), EvaluateOptions{}};
+      t.options.repeats = 5 + static_cast<int>(tasks.size());
+      t.options.seed = 3;
+      if (rs == &costly) t.options.max_recorded_time = Millis(500);
+      tasks.push_back(std::move(t));
+    }
+  }
+  std::vector<std::size_t> order;
+  std::vector<StrategyScore> scores;
+  ASSERT_TRUE(EvaluateMany(tasks, 4, [&](std::size_t i, StrategyScore sc) {
+                order.push_back(i);
+                scores.push_back(std::move(sc));
+              }).ok());
+  EXPECT_EQ(order, std::vector<std::size_t>({0, 1, 2, 3, 4, 5}));
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    absl::StatusOr<StrategyScore> alone =
+        EvaluateStrategy(*tasks[i].recording, tasks[i].name, tasks[i].factory, tasks[i].options);
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(scores[i].strategy, tasks[i].name);
+    EXPECT_EQ(scores[i].repeats, tasks[i].options.repeats);
+    EXPECT_EQ(scores[i].mean_curve, alone->mean_curve) << i;
+    EXPECT_EQ(scores[i].final_best, alone->final_best) << i;
+    EXPECT_EQ(scores[i].time_curve, alone->time_curve) << i;
+  }
+
+  // The fourth task's strategy cannot be made for seed 3 + 2: the first
+  // three are handed over, the failure is returned.
+  tasks[3].factory = [](const Space& space,
+                        std::uint64_t seed) -> absl::StatusOr<std::unique_ptr<Strategy>> {
+    if (seed == 5) return absl::InvalidArgumentError("no strategy for seed 5");
+    return std::make_unique<RandomSearch>(space, seed);
+  };
+  order.clear();
+  const absl::Status failed =
+      EvaluateMany(tasks, 4, [&](std::size_t i, StrategyScore) { order.push_back(i); });
+  EXPECT_EQ(failed.message(), "no strategy for seed 5");
+  EXPECT_EQ(order, std::vector<std::size_t>({0, 1, 2}));
+}
+
 // Under a time budget each run stops before the candidate after its
 // recorded time ran out (as a job's max_time does), whatever the
 // evaluation budgets; the curve against time is each run's best so far,

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -305,70 +306,119 @@ class ScoreSum {
   std::vector<std::vector<std::pair<double, double>>> improvements_;
 };
 
-// Runs repeats 0 .. repeats - 1 on `options.threads` threads, each repeat
-// on one, adding each to the sum when the repeats before it are in: only
-// the results that finished out of order wait, not every repeat's curve.
-absl::Status RunRepeats(const RepeatSetting& set, ScoreSum& sum) {
-  const int repeats = set.options.repeats;
-  const int threads = std::clamp(set.options.threads, 1, std::max(1, repeats));
-  std::mutex mu;
+// What every task over one recording shares: its space, baseline and
+// outcomes by configuration.
+struct PreparedRecording {
+  Space space;
+  ScoreBaseline baseline;
+  std::unordered_map<Config, const RecordedEntry*, ConfigHash> outcome;
+};
+
+// One task's state while its repeats run.
+struct TaskState {
+  std::unique_ptr<RepeatSetting> setting;
+  std::unique_ptr<ScoreSum> sum;
   std::map<int, RepeatResult> waiting;  // finished, before their turn
   int added = 0;
-  absl::Status failure;  // the first repeat (in seed order) that failed
-  int failed_at = repeats;
-  std::atomic<int> next{0};
-  std::atomic<bool> failed{false};
-  auto work = [&] {
-    for (int r = next++; r < repeats && !failed; r = next++) {
-      RepeatResult result = RunRepeat(set, r);
-      const std::lock_guard<std::mutex> lock(mu);
-      if (!result.status.ok()) {
-        if (r < failed_at) {
-          failed_at = r;
-          failure = result.status;
-        }
-        failed = true;
-        return;
-      }
-      waiting.emplace(r, std::move(result));
-      for (auto it = waiting.begin(); it != waiting.end() && it->first == added;
-           it = waiting.erase(it)) {
-        sum.Add(std::move(it->second));
-        ++added;
-        if (set.options.on_repeat) set.options.on_repeat(added);
-      }
+};
+
+}  // namespace
+
+absl::Status EvaluateMany(const std::vector<EvaluationTask>& tasks, int threads,
+                          const std::function<void(std::size_t, StrategyScore)>& on_done) {
+  std::map<const RecordedSpace*, std::unique_ptr<PreparedRecording>> prepared;
+  std::vector<TaskState> state(tasks.size());
+  std::vector<std::pair<std::size_t, int>> units;  // (task, repeat), in order
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    const EvaluationTask& task = tasks[i];
+    std::unique_ptr<PreparedRecording>& p = prepared[task.recording];
+    if (p == nullptr) {
+      KTUNE_ASSIGN_OR_RETURN(Space space, task.recording->ToSpace());
+      p = std::make_unique<PreparedRecording>(
+          PreparedRecording{std::move(space), BaselineOf(*task.recording), {}});
+      for (const RecordedEntry& e : task.recording->entries()) p->outcome.emplace(e.config, &e);
+    }
+    const EvaluateOptions& options = task.options;
+    const bool timed = options.max_recorded_time.count() > 0;
+    const std::int64_t budget =
+        timed ? static_cast<std::int64_t>(task.recording->entries().size())
+              : (options.short_only ? p->baseline.short_budget() : p->baseline.long_budget());
+    state[i].setting.reset(new RepeatSetting{task.name, task.factory, options, p->space,
+                                             p->baseline, p->outcome,
+                                             static_cast<std::size_t>(budget), timed});
+    state[i].sum = std::make_unique<ScoreSum>(*state[i].setting);
+    for (int r = 0; r < options.repeats; ++r) units.emplace_back(i, r);
+  }
+  std::mutex mu;
+  std::size_t emitted = 0;  // tasks handed to on_done
+  absl::Status failure;     // of the first unit (in order) that failed
+  // That unit: units after it are not started, those before it all run, so
+  // the failure returned and the tasks handed over do not depend on the
+  // threads.
+  std::atomic<std::size_t> failed_at{units.size()};
+  std::atomic<std::size_t> next{0};
+  // Under mu: hands every finished task whose predecessors are handed to
+  // on_done.
+  auto emit = [&] {
+    while (emitted < tasks.size() && state[emitted].added == tasks[emitted].options.repeats) {
+      if (on_done) on_done(emitted, std::move(*state[emitted].sum).Score());
+      state[emitted].sum.reset();
+      ++emitted;
     }
   };
-  if (threads == 1) {
+  // Under mu: adds what is ready of task i, then emits.
+  auto fold = [&](std::size_t i) {
+    TaskState& t = state[i];
+    for (auto it = t.waiting.begin(); it != t.waiting.end() && it->first == t.added;
+         it = t.waiting.erase(it)) {
+      t.sum->Add(std::move(it->second));
+      ++t.added;
+      if (tasks[i].options.on_repeat) tasks[i].options.on_repeat(t.added);
+    }
+    emit();
+  };
+  auto work = [&] {
+    for (std::size_t u = next++; u < units.size() && u < failed_at; u = next++) {
+      const auto [i, r] = units[u];
+      RepeatResult result = RunRepeat(*state[i].setting, r);
+      const std::lock_guard<std::mutex> lock(mu);
+      if (!result.status.ok()) {
+        if (u < failed_at) {
+          failed_at = u;
+          failure = result.status;
+        }
+        continue;
+      }
+      state[i].waiting.emplace(r, std::move(result));
+      fold(i);
+    }
+  };
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    emit();  // tasks of no repeats are done at once
+  }
+  const auto n = static_cast<int>(std::min<std::size_t>(
+      static_cast<std::size_t>(std::max(1, threads)), std::max<std::size_t>(1, units.size())));
+  if (n == 1) {
     work();
   } else {
     std::vector<std::thread> pool;
-    pool.reserve(static_cast<std::size_t>(threads));
-    for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+    pool.reserve(static_cast<std::size_t>(n));
+    for (int t = 0; t < n; ++t) pool.emplace_back(work);
     for (std::thread& t : pool) t.join();
   }
   return failure;
 }
 
-}  // namespace
-
 absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
                                                const std::string& name,
                                                const StrategyFactory& factory,
                                                const EvaluateOptions& options) {
-  KTUNE_ASSIGN_OR_RETURN(Space space, recording.ToSpace());
-  const ScoreBaseline baseline = BaselineOf(recording);
-  std::unordered_map<Config, const RecordedEntry*, ConfigHash> outcome;
-  for (const RecordedEntry& e : recording.entries()) outcome.emplace(e.config, &e);
-  const bool timed = options.max_recorded_time.count() > 0;
-  const std::int64_t budget =
-      timed ? static_cast<std::int64_t>(recording.entries().size())
-            : (options.short_only ? baseline.short_budget() : baseline.long_budget());
-  const RepeatSetting set{
-      name, factory, options, space, baseline, outcome, static_cast<std::size_t>(budget), timed};
-  ScoreSum sum(set);
-  KTUNE_RETURN_IF_ERROR(RunRepeats(set, sum));
-  return std::move(sum).Score();
+  std::optional<StrategyScore> score;
+  KTUNE_RETURN_IF_ERROR(EvaluateMany({EvaluationTask{&recording, name, factory, options}},
+                                     options.threads,
+                                     [&](std::size_t, StrategyScore s) { score = std::move(s); }));
+  return *std::move(score);
 }
 
 }  // namespace ktune

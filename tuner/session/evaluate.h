@@ -126,6 +126,26 @@ absl::StatusOr<StrategyScore> EvaluateStrategy(const RecordedSpace& recording,
                                                const StrategyFactory& factory,
                                                const EvaluateOptions& options);
 
+// One strategy on one recording, as EvaluateStrategy takes them.
+struct EvaluationTask {
+  const RecordedSpace* recording = nullptr;
+  std::string name;
+  StrategyFactory factory;
+  EvaluateOptions options;  // its `threads` unused
+};
+
+// Runs every task's repeats on `threads` threads from one queue (task by
+// task, repeat by repeat), so that no thread idles while a task has
+// repeats left; each task scores as EvaluateStrategy would score it alone.
+// `on_done(i, score)` gets task i's score once it and every task before it
+// are done: in task order, one call at a time, from whichever thread
+// finished the last. Returns the first failure in that order: every
+// repeat before it runs, none after it starts, so the tasks before the
+// failing one are handed over whatever the threads. Each task's
+// `on_repeat` is called as its repeats are added up, one call at a time.
+absl::Status EvaluateMany(const std::vector<EvaluationTask>& tasks, int threads,
+                          const std::function<void(std::size_t, StrategyScore)>& on_done);
+
 // The baseline of a recording (all its configurations count).
 ScoreBaseline BaselineOf(const RecordedSpace& recording);
 
