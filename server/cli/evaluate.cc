@@ -283,9 +283,7 @@ Json ScoreJson(const StrategyScore& sc) {
   r.Set("strategy", sc.strategy);
   r.Set("short_score", sc.short_score);
   r.Set("long_score", sc.long_score);
-  Json f = Json::MakeArray();
-  for (double v : sc.fraction_of_optimum) f.Push(v);
-  r.Set("fraction_of_optimum_at_20_50_100_200", std::move(f));
+  r.Set("fraction_of_optimum_at_20_50_100_200", ArrayJson(sc.fraction_of_optimum));
   r.Set("ms_per_proposal", sc.time_per_proposal.count());
   return r;
 }
