@@ -26,6 +26,7 @@
 #include "tuner/ipc/subprocess.h"
 #include "tuner/session/job.h"
 #include "tuner/session/session.h"
+#include "tuner/store/lease_keeper.h"
 #include "tuner/store/store.h"
 
 namespace ktune::cli {
@@ -237,6 +238,21 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
     if (!first_stored) timings.Mark("first measurement stored");
     first_stored = true;
   };
+  // A shared store (PostgreSQL): the job stays this process's while it
+  // lives, on any host's view, and a database that goes away for a while
+  // is waited for, as a daemon does, keeping the measured candidate.
+  std::optional<LeaseKeeper> lease;
+  if ((*store)->fleet() != nullptr) {
+    const std::string id = run->IdOn((*device)->info());
+    lease.emplace(db_path, id);
+    so.wait_for_store = true;
+    so.on_store_retry = [id](const absl::Status& why, double retry_in_s) {
+      std::fprintf(stderr,
+                   "ktune: job %s: cannot store its measurement (%s); keeping it and trying "
+                   "again in %.1f s\n",
+                   id.c_str(), std::string(why.message()).c_str(), retry_in_s);
+    };
+  }
   absl::StatusOr<JobRunResult> result =
       run->Run(**device, **store, so, [&](const JobRunResult& start) {
         if (start.warm_configurations > 0) {
@@ -249,6 +265,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
             (*device)->info().name.c_str(), StrategyLabel(job.strategy, start.strategy).c_str(),
             StrCat(count.exact ? "" : "~", static_cast<std::uint64_t>(count.count)).c_str());
       });
+  lease.reset();
   line.Finish();
   timings.Mark("job ended");
   if (!result.ok()) return Error(result.status());

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +19,7 @@
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
+#include "tuner/store/pg.h"
 #include "tuner/store/store.h"
 
 namespace ktune {
@@ -169,6 +171,92 @@ TEST_F(PgCliTest, ADaemonsAnswersFollowWhatOthersStore) {
   EXPECT_DOUBLE_EQ(got, want);
   kill(daemon, SIGTERM);
   EXPECT_EQ(testing::WaitExit(daemon), 0) << testing::Slurp(tmp_.File("d.err"));
+}
+
+// A headless job keeps its lease while it runs, so a process of another
+// host sees it running (and may not start it) until the lease lapses.
+TEST_F(PgCliTest, AHeadlessJobRenewsItsLeaseWhileItRuns) {
+  ASSERT_EQ(Run({"jobs", "--db", uri_}).code, 2);  // no store yet
+  const pid_t tune = testing::Spawn(KTUNE_CLI_PATH,
+                                    {"tune", "--local", "--device", kConv, "--sim-speed", "1",
+                                     "--max-evals", "100000", "--db", uri_},
+                                    tmp_.File("t.out"), tmp_.File("t.err"));
+  absl::StatusOr<pg::Conn> c = pg::Conn::Connect(uri_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  // The lease as stored, once the job runs; then a renewal moves it
+  // (bounded waits: a minute each).
+  auto lease = [&]() -> std::string {
+    absl::StatusOr<pg::Result> r = c->Exec(
+        "SELECT lease_until::text FROM ktune.jobs WHERE state = 'running' "
+        "AND lease_until > now()");
+    return r.ok() && r->rows() == 1 ? r->Text(0, 0) : std::string();
+  };
+  std::string first;
+  for (int i = 0; i < 600 && first.empty(); ++i) {
+    std::this_thread::sleep_for(100ms);
+    first = lease();
+  }
+  ASSERT_FALSE(first.empty()) << testing::Slurp(tmp_.File("t.err"));
+  std::string later = first;
+  for (int i = 0; i < 600 && later == first; ++i) {
+    std::this_thread::sleep_for(100ms);
+    later = lease();
+  }
+  EXPECT_FALSE(later.empty());
+  EXPECT_NE(later, first);
+  kill(tune, SIGTERM);  // ends as interrupted: resumable
+  EXPECT_EQ(testing::WaitExit(tune), 1) << testing::Slurp(tmp_.File("t.err"));
+  const Json jobs = RunJson({"jobs", "--db", uri_, "--json"});
+  ASSERT_EQ(jobs.Find("jobs")->as_array().size(), 1u);
+  EXPECT_EQ(jobs.Find("jobs")->as_array()[0].Find("state")->as_string(), "interrupted");
+}
+
+// A headless job on PostgreSQL waits for a database that went away,
+// keeping what it measured, and goes on once it is back: nothing lost,
+// nothing measured twice.
+TEST_F(PgCliTest, AHeadlessJobWaitsForTheDatabaseAndLosesNothing) {
+  absl::StatusOr<testing::PostgresCluster*> pg = testing::SharedPostgres();
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  ASSERT_EQ(Run({"tune", "--local", "--device", kPnpoly, "--max-evals", "1", "--db", uri_}).code,
+            0);  // the store exists: the job below stores from its first candidate
+  const pid_t tune = testing::Spawn(KTUNE_CLI_PATH,
+                                    {"tune", "--local", "--device", kConv, "--sim-speed", "20",
+                                     "--max-evals", "40", "--strategy", "random", "--db", uri_},
+                                    tmp_.File("w.out"), tmp_.File("w.err"));
+  absl::StatusOr<pg::Conn> c = pg::Conn::Connect(uri_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto stored = [&]() -> std::int64_t {
+    absl::StatusOr<pg::Result> r = c->Exec(
+        "SELECT count(*) FROM ktune.measurements m JOIN ktune.jobs j ON j.id = m.job_id "
+        "WHERE j.strategy = 'random'");
+    return r.ok() ? r->Int(0, 0) : -1;
+  };
+  for (int i = 0; i < 600 && stored() < 3; ++i) std::this_thread::sleep_for(100ms);
+  ASSERT_GE(stored(), 3) << testing::Slurp(tmp_.File("w.err"));
+  ASSERT_TRUE((*pg)->StopServer().ok());
+  // Down until the job has tried to store and said it waits (a minute at most).
+  for (int i = 0; i < 600; ++i) {
+    if (testing::Slurp(tmp_.File("w.err")).find("cannot store its measurement") !=
+        std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_TRUE((*pg)->StartServer().ok());
+  EXPECT_EQ(testing::WaitExit(tune), 0) << testing::Slurp(tmp_.File("w.err"));
+  const std::string err = testing::Slurp(tmp_.File("w.err"));
+  EXPECT_THAT(err, HasSubstr("keeping it and trying again"));
+  absl::StatusOr<pg::Conn> again = pg::Conn::Connect(uri_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  absl::StatusOr<pg::Result> r = again->Exec(
+      "SELECT count(*), count(DISTINCT m.config_key), max(j.state), max(j.evaluations) "
+      "FROM ktune.measurements m JOIN ktune.jobs j ON j.id = m.job_id "
+      "WHERE j.strategy = 'random'");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->Int(0, 0), 40);
+  EXPECT_EQ(r->Int(0, 1), 40);
+  EXPECT_EQ(r->Text(0, 2), "succeeded");
+  EXPECT_EQ(r->Int(0, 3), 40);
 }
 
 }  // namespace

@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "tests/store/store_contract.h"
 #include "tests/testing/postgres.h"
 #include "tuner/base/strings.h"
+#include "tuner/store/lease_keeper.h"
 #include "tuner/store/pg.h"
 
 namespace ktune {
@@ -160,18 +163,23 @@ TEST_F(PgStoreTest, ProcessesCreatingOneStoreTogetherAllSucceed) {
   ASSERT_TRUE(s.ok()) << s.status();
 }
 
-TEST_F(PgStoreTest, AServerThatWentAwayIsSaidAndTheStoreWorksOnceItIsBack) {
-  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(uri_, true);
-  ASSERT_TRUE(s.ok()) << s.status();
+JobRecord TestJob(const std::string& id) {
   JobRecord job;
-  job.id = "job1";
+  job.id = id;
   job.kernel_name = "saxpy";
   job.parameters = {"b"};
   job.device.uuid = "GPU-1";
   job.device.name = "Test GPU";
   job.spec_json = "{}";
   job.strategy = "random";
-  ASSERT_TRUE((*s)->StartJob(job, nullptr).ok());
+  job.origin = "cli";
+  return job;
+}
+
+TEST_F(PgStoreTest, AServerThatWentAwayIsSaidAndTheStoreWorksOnceItIsBack) {
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(uri_, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->StartJob(TestJob("job1"), nullptr).ok());
   ASSERT_TRUE(pg_->StopServer().ok());
   absl::StatusOr<JobRecord> gone = (*s)->GetJob("job1");
   ASSERT_FALSE(gone.ok());
@@ -182,6 +190,79 @@ TEST_F(PgStoreTest, AServerThatWentAwayIsSaidAndTheStoreWorksOnceItIsBack) {
   if (!back.ok()) back = (*s)->GetJob("job1");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->state, JobState::kRunning);
+}
+
+// A job run outside a daemon holds a lease too: while it is live, a
+// process of another host (whose liveness no one here can read) may not
+// start the job; once it lapses the job reads as interrupted, in every
+// reader, and may be resumed anywhere.
+TEST_F(PgStoreTest, AJobsLeaseKeepsOtherHostsOutUntilItLapses) {
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(uri_, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const JobRecord job = TestJob("h");
+  ASSERT_TRUE((*s)->StartJob(job, nullptr).ok());
+  EXPECT_TRUE((*s)->RenewLease("h", std::chrono::seconds(60)).ok());
+  EXPECT_EQ((*s)->RenewLease("nothing", std::chrono::seconds(60)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The job's process, as another host would have named it.
+  absl::StatusOr<pg::Conn> c = pg::Conn::Connect(uri_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->Run("UPDATE ktune.jobs SET runner = 'elsewhere|b|pid:[1]|4242|99'").ok());
+  absl::StatusOr<JobRecord> refused = (*s)->StartJob(job, nullptr);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("pid 4242 on elsewhere, which holds its lease"));
+  EXPECT_EQ((*s)->RenewLease("h", std::chrono::seconds(60)).code(),
+            absl::StatusCode::kFailedPrecondition);  // not this process's
+  EXPECT_EQ((*s)->GetJob("h")->state, JobState::kRunning);
+
+  ASSERT_TRUE(c->Run("UPDATE ktune.jobs SET lease_until = now() - interval '1 second'").ok());
+  absl::StatusOr<JobRecord> lapsed = (*s)->GetJob("h");
+  ASSERT_TRUE(lapsed.ok()) << lapsed.status();
+  EXPECT_EQ(lapsed->state, JobState::kInterrupted);
+  EXPECT_THAT(lapsed->message, HasSubstr("its lease lapsed at 20"));
+  EXPECT_THAT(lapsed->message, HasSubstr("pid 4242 on elsewhere stopped renewing it"));
+  EXPECT_THAT(lapsed->message, HasSubstr("run the same job again to resume it"));
+  EXPECT_EQ((*s)->ListJobs()->at(0).state, JobState::kInterrupted);
+  const std::map<JobState, std::int64_t> counts = (*s)->CountJobs().value();
+  EXPECT_EQ(counts.count(JobState::kRunning), 0u);
+  EXPECT_EQ(counts.at(JobState::kInterrupted), 1);
+  bool resumed = false;
+  ASSERT_TRUE((*s)->StartJob(job, &resumed).ok());
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ((*s)->GetJob("h")->state, JobState::kRunning);
+  EXPECT_TRUE((*s)->RenewLease("h", std::chrono::seconds(60)).ok());
+  absl::StatusOr<pg::Result> live = c->Exec("SELECT lease_until > now() FROM ktune.jobs");
+  ASSERT_TRUE(live.ok());
+  EXPECT_EQ(live->Text(0, 0), "t");
+}
+
+// The keeper renews from a connection of its own for as long as it lives.
+TEST_F(PgStoreTest, ALeaseKeeperRenewsTheLeaseWhileItLives) {
+  absl::StatusOr<std::unique_ptr<Store>> s = Store::Open(uri_, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE((*s)->StartJob(TestJob("k"), nullptr).ok());
+  absl::StatusOr<pg::Conn> c = pg::Conn::Connect(uri_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto lease_until = [&] {
+    absl::StatusOr<pg::Result> r = c->Exec("SELECT lease_until::text FROM ktune.jobs");
+    return r.ok() ? r->Text(0, 0) : std::string();
+  };
+  std::string last;
+  {
+    LeaseKeeper keeper(uri_, "k", std::chrono::milliseconds(900));
+    // Three renewals, a third of the lease apart (bounded: a minute).
+    for (int i = 0; i < 600 && keeper.renewals() < 3; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_GE(keeper.renewals(), 3);
+    absl::StatusOr<pg::Result> live = c->Exec("SELECT lease_until > now() FROM ktune.jobs");
+    ASSERT_TRUE(live.ok());
+    EXPECT_EQ(live->Text(0, 0), "t");
+  }
+  last = lease_until();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));  // two periods
+  EXPECT_EQ(lease_until(), last);                               // no renewal after it is gone
 }
 
 }  // namespace

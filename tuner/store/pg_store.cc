@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <thread>
 #include <utility>
 
@@ -341,11 +342,41 @@ RETURNING id)sql",
 
 absl::StatusOr<std::vector<JobRecord>> PgStore::ReadJobs(const pg::Result& r) {
   std::vector<JobRecord> out;
+  std::vector<std::string> running;
   for (int i = 0; i < r.rows(); ++i) {
     KTUNE_ASSIGN_OR_RETURN(JobRecord j, rows::Job(r.At(i)));
+    if (j.state == JobState::kRunning) running.push_back(j.id);
     out.push_back(std::move(j));
   }
+  if (running.empty()) return out;
+  // A running job whose lease lapsed: nothing renews it.
+  KTUNE_ASSIGN_OR_RETURN(pg::Result lapsed,
+                         conn_.Exec(R"sql(
+SELECT id, to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+FROM ktune.jobs WHERE id = ANY($1::text[]) AND state = 'running' AND lease_until < now())sql",
+                                    pg::Params().Add(pg::ArrayLiteral(running))));
+  std::map<std::string, std::string> at;
+  for (int i = 0; i < lapsed.rows(); ++i) at[lapsed.Text(i, 0)] = lapsed.Text(i, 1);
+  for (JobRecord& j : out) {
+    if (auto it = at.find(j.id); it != at.end()) MarkInterruptedIfLeaseLapsed(j, it->second);
+  }
   return out;
+}
+
+absl::Status PgStore::RenewLease(const std::string& job_id, std::chrono::milliseconds lease) {
+  const std::optional<ProcessName> self = ThisProcess();
+  KTUNE_ASSIGN_OR_RETURN(pg::Result r,
+                         conn_.Exec(R"sql(
+UPDATE ktune.jobs SET lease_until = now() + $3 * interval '1 millisecond'
+WHERE id = $1 AND runner = $2 AND state = 'running')sql",
+                                    pg::Params()
+                                        .Add(job_id)
+                                        .Add(self ? self->Encode() : "")
+                                        .Add(static_cast<std::int64_t>(lease.count()))));
+  if (r.Changed() == 0) {
+    return absl::FailedPreconditionError(StrCat("job ", job_id, " is not running in this process"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobRecord> PgStore::StartJob(const JobRecord& job, bool* resumed) {
@@ -419,9 +450,21 @@ ON CONFLICT (id) DO NOTHING)sql",
                                       pg::Params().Add(job.id).Add(job.strategy)));
     }
   }
-  KTUNE_RETURN_IF_ERROR(
-      conn_.Run("UPDATE ktune.jobs SET runner = $2 WHERE id = $1",
-                pg::Params().Add(job.id).Add(state == JobState::kRunning ? runner : "")));
+  if (state == JobState::kRunning) {
+    // The job is this process's for a lease, renewed while it runs
+    // (RenewLease, or a fleet daemon's heartbeat); a claim's live lease is
+    // kept as it is.
+    KTUNE_RETURN_IF_ERROR(conn_.Run(
+        R"sql(
+UPDATE ktune.jobs SET runner = $2,
+  lease_until = CASE WHEN runner = $2 AND lease_until > now() THEN lease_until
+                     ELSE now() + $3 * interval '1 millisecond' END
+WHERE id = $1)sql",
+        pg::Params().Add(job.id).Add(runner).Add(static_cast<std::int64_t>(kRunLease.count()))));
+  } else {
+    KTUNE_RETURN_IF_ERROR(
+        conn_.Run("UPDATE ktune.jobs SET runner = '' WHERE id = $1", pg::Params().Add(job.id)));
+  }
   KTUNE_RETURN_IF_ERROR(tx.Commit());
   if (existed != nullptr) *existed = !inserted;
   return GetJob(job.id);
@@ -671,11 +714,13 @@ absl::StatusOr<std::int64_t> PgStore::ChangeCount() {
 
 absl::StatusOr<std::map<JobState, std::int64_t>> PgStore::CountJobs() {
   KTUNE_ASSIGN_OR_RETURN(pg::Result r, conn_.Exec(R"sql(
-SELECT state, CASE WHEN state = 'running' THEN runner ELSE '' END, count(*) FROM ktune.jobs
-GROUP BY 1, 2)sql"));
+SELECT state, CASE WHEN state = 'running' THEN runner ELSE '' END,
+       state = 'running' AND COALESCE(lease_until < now(), false), count(*)
+FROM ktune.jobs GROUP BY 1, 2, 3)sql"));
   std::map<JobState, std::int64_t> counts;
   for (int i = 0; i < r.rows(); ++i) {
-    KTUNE_RETURN_IF_ERROR(AddJobCount(counts, r.Text(i, 0), r.Text(i, 1), r.Int(i, 2)));
+    KTUNE_RETURN_IF_ERROR(
+        AddJobCount(counts, r.Text(i, 0), r.Text(i, 1), r.Int(i, 3), r.Text(i, 2) == "t"));
   }
   return counts;
 }

@@ -45,6 +45,7 @@ class PgStore final : public Store, public FleetQueue {
   const std::string& locator() const override { return name_; }
   int schema_version() const override { return schema_version_; }
   absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed) override;
+  absl::Status RenewLease(const std::string& job_id, std::chrono::milliseconds lease) override;
   absl::StatusOr<JobRecord> QueueJob(const JobRecord& job, bool* existed) override;
   absl::Status SetJobState(const std::string& job_id, JobState state,
                            const std::string& message) override;

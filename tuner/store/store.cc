@@ -63,14 +63,25 @@ void MarkInterruptedIfRunnerGone(JobRecord& j) {
                                           : "run the same job again to resume it");
 }
 
+void MarkInterruptedIfLeaseLapsed(JobRecord& j, const std::string& lapsed_at) {
+  if (j.state != JobState::kRunning || LivenessOf(j.runner) == Liveness::kAlive) return;
+  j.state = JobState::kInterrupted;
+  const std::optional<ProcessName> was = ProcessName::Decode(j.runner);
+  j.message = StrCat("its lease lapsed at ", lapsed_at, " (", was ? was->Describe() : j.runner,
+                     " stopped renewing it); ",
+                     j.origin == "daemon" ? "a daemon of its GPU model takes it over"
+                                          : "run the same job again to resume it");
+}
+
 absl::Status AddJobCount(std::map<JobState, std::int64_t>& counts, std::string_view state,
-                         const std::string& runner, std::int64_t n) {
+                         const std::string& runner, std::int64_t n, bool lapsed) {
   const std::optional<JobState> parsed = ParseJobState(state);
   if (!parsed) return absl::DataLossError(StrCat("a job has the unknown state '", state, "'"));
   JobRecord j;
   j.state = *parsed;
   j.runner = runner;
   MarkInterruptedIfRunnerGone(j);
+  if (lapsed) MarkInterruptedIfLeaseLapsed(j, "");
   counts[j.state] += n;
   return absl::OkStatus();
 }
@@ -79,11 +90,15 @@ absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& 
                                   bool to_start) {
   const std::optional<ProcessName> self = ThisProcess();
   if (runner.empty() || (self && runner == self->Encode())) return absl::OkStatus();
-  if (!leased && LivenessOf(runner) != Liveness::kAlive) return absl::OkStatus();
+  // A process of this host that ended holds nothing, whatever its lease
+  // says.
+  const Liveness liveness = LivenessOf(runner);
+  if (liveness == Liveness::kGone) return absl::OkStatus();
+  if (!leased && liveness != Liveness::kAlive) return absl::OkStatus();
   const std::optional<ProcessName> named = ProcessName::Decode(runner);
   return absl::FailedPreconditionError(
       StrCat("job ", job_id, " is already running (", named ? named->Describe() : runner,
-             leased ? ", a fleet daemon holding its lease" : "", ")",
+             leased ? ", which holds its lease" : "", ")",
              to_start ? "; wait for it to end, or stop that process and run the job again to "
                         "resume it"
                       : ""));

@@ -11,6 +11,7 @@
 #ifndef KTUNE_TUNER_STORE_STORE_H_
 #define KTUNE_TUNER_STORE_STORE_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -120,7 +121,11 @@ class Store {
   // (a job queued as "auto" runs as "auto (bayes)", say). Returns the
   // stored record and sets *resumed when it existed before.
   // FAILED_PRECONDITION when another live process of this host is running
-  // the job, or (PostgreSQL) a fleet daemon whose lease on it is live.
+  // the job, or (PostgreSQL) a process of any host whose lease on it is
+  // live. In PostgreSQL the job is then this process's for a lease of
+  // kRunLease (unless a fleet claim gave it one already), which RenewLease
+  // extends; once the lease lapses, the job reads as interrupted and any
+  // process may start it again.
   virtual absl::StatusOr<JobRecord> StartJob(const JobRecord& job, bool* resumed) = 0;
 
   // The same, but leaves the job queued (a daemon's job waiting its turn);
@@ -223,6 +228,17 @@ class Store {
   // ALREADY_EXISTS when `path` exists; on any error no file is left.
   virtual absl::Status Snapshot(const std::string& path) = 0;
 
+  // Renews this process's lease on job `job_id`, which it runs (see
+  // StartJob), to `lease` from now. FAILED_PRECONDITION when the job is
+  // not running in this process (not started yet, ended, or taken over
+  // after the lease lapsed). Stores without leases (SQLite, where the
+  // process check alone tells a dead run) do nothing.
+  virtual absl::Status RenewLease(const std::string& job_id, std::chrono::milliseconds lease) {
+    (void)job_id;
+    (void)lease;
+    return absl::OkStatus();
+  }
+
   // The fleet's job queue when this store can hold one (PostgreSQL), for
   // as long as this Store lives; else null (SQLite: one daemon per store).
   virtual FleetQueue* fleet() { return nullptr; }
@@ -233,20 +249,31 @@ class Store {
   virtual absl::StatusOr<std::string> KnownArchitecture(const std::string& device) = 0;
 };
 
+// How long a job started in a store with leases (PostgreSQL) stays its
+// process's without a renewal (Store::RenewLease).
+inline constexpr std::chrono::milliseconds kRunLease{15000};
+
 // A job read back as running whose process of this host has ended
 // (killed, crashed, or from before a reboot) is not running: `job` is then
 // marked interrupted, with a message that says so. Backends call it on
 // every job they read.
 void MarkInterruptedIfRunnerGone(JobRecord& job);
 
-// Adds `n` jobs stored in state `state` (run by `runner` when running) to
-// `counts` as CountJobs reads them; DATA_LOSS for a state it does not know.
+// A job read back as running whose lease lapsed at `lapsed_at` (nothing
+// renewed it: its process died or lost the database, on any host) is not
+// running either, unless its process is a live one of this host: `job` is
+// then marked interrupted, with a message that says so.
+void MarkInterruptedIfLeaseLapsed(JobRecord& job, const std::string& lapsed_at);
+
+// Adds `n` jobs stored in state `state` (run by `runner` when running; its
+// lease lapsed when `lapsed`) to `counts` as CountJobs reads them;
+// DATA_LOSS for a state it does not know.
 absl::Status AddJobCount(std::map<JobState, std::int64_t>& counts, std::string_view state,
-                         const std::string& runner, std::int64_t n);
+                         const std::string& runner, std::int64_t n, bool lapsed = false);
 
 // Whether `runner`, the process that a running job's row names, is another
-// process that owns the job now: a live process of this host, or a fleet
-// daemon whose lease on it is live (`leased`). FAILED_PRECONDITION naming
+// process that owns the job now: a live process of this host, or a
+// process of another host whose lease on it is live (`leased`). FAILED_PRECONDITION naming
 // it if so (`to_start`: and how to run it once that one is done);
 // backends check it before a job's writes.
 absl::Status CheckNotRunElsewhere(const std::string& job_id, const std::string& runner, bool leased,
