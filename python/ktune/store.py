@@ -4,6 +4,7 @@ the daemon's GetBest, and the jobs."""
 import json
 import math
 import os
+import socket
 import sqlite3
 from typing import Dict, List, Optional
 
@@ -18,6 +19,46 @@ def _distance(a: Problem, b: Problem) -> float:
     if sorted(a) != sorted(b):
         return math.inf
     return math.sqrt(sum((math.log(max(a[k], 1)) - math.log(max(b[k], 1))) ** 2 for k in a))
+
+
+def _first_line(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
+def _start_ticks(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks after boot (/proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 1:].split()
+    return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _runner_gone(runner: str) -> bool:
+    """Whether `runner` ("HOST|BOOT|PIDNS|PID|START", as the store keeps the
+    process that runs a job) named a process of this host that has ended,
+    as ktune's own commands judge it: another host's or container's process
+    cannot be told, so it is not gone."""
+    parts = runner.split("|")
+    if len(parts) != 5 or not parts[3].isdigit() or not parts[4].isdigit():
+        return False
+    host, boot, pid_ns, pid, start = parts
+    if host != socket.gethostname():
+        return False
+    if boot != _first_line("/proc/sys/kernel/random/boot_id"):
+        return True  # the host rebooted since
+    try:
+        if pid_ns != os.readlink("/proc/self/ns/pid"):
+            return False
+    except OSError:
+        return False
+    return _start_ticks(int(pid)) != int(start)
 
 
 class Store:
@@ -111,15 +152,31 @@ class Store:
         return None
 
     def jobs(self) -> List[Job]:
-        """Every job, newest first."""
+        """Every job, newest first. A job left running by a process of this
+        host that has ended (killed, crashed) reads as interrupted, as in
+        `ktune jobs`."""
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        client = "j.client" if "client" in columns else "''"  # stores before schema 5
+
+        def column(name: str, default: str) -> str:  # older stores lack some
+            return f"j.{name}" if name in columns else default
+
+        extra = ", ".join([column("client", "''"), column("runner", "''"),
+                           column("origin", "'local'")])
         rows = self._db.execute(
             "SELECT j.id, k.name, j.state, d.name, j.problem, j.evaluations, j.strategy, "
-            f"j.message, {client} FROM jobs j JOIN kernels k ON k.id = j.kernel_id "
+            f"j.message, {extra} FROM jobs j JOIN kernels k ON k.id = j.kernel_id "
             "JOIN devices d ON d.id = j.device_id ORDER BY j.created_at DESC, j.id").fetchall()
-        return [Job(id=i, kernel=k, state=s, device=d, problem=json.loads(p), evaluations=e,
-                    strategy=st, message=m, client=c) for i, k, s, d, p, e, st, m, c in rows]
+        out = []
+        for i, k, s, d, p, e, st, m, c, runner, origin in rows:
+            if s == "running" and _runner_gone(runner):
+                pid, host = runner.split("|")[3], runner.split("|")[0]
+                s = "interrupted"
+                m = (f"its process (pid {pid} on {host}) ended without recording the job's end; "
+                     + ("ktuned resumes it when it starts again" if origin == "daemon"
+                        else "run the same job again to resume it"))
+            out.append(Job(id=i, kernel=k, state=s, device=d, problem=json.loads(p),
+                           evaluations=e, strategy=st, message=m, client=c))
+        return out
 
 
 def open_store(path: str) -> Store:

@@ -7,6 +7,8 @@ reading the store without a daemon.
 """
 import os
 import shutil
+import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,29 @@ class DaemonTest(unittest.TestCase):
             f.write("not a database")
         with self.assertRaises(ktune.KtuneError):
             ktune.open_store(junk)
+
+    def test_f_a_job_whose_process_ended_reads_interrupted(self):
+        local = os.path.join(self.work, "local.db")
+        subprocess.run([KTUNE, "tune", "--local", "--device", "sim:" + RECORDING,
+                        "--max-evals", "3", "--db", local], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            start = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        me = "|".join([socket.gethostname(), boot, os.readlink("/proc/self/ns/pid"),
+                       str(os.getpid()), str(start)])
+        for runner, state in [(me, "running"),                            # this live process
+                              (me[:me.rfind("|") + 1] + str(start + 1), "interrupted"),  # ended
+                              ("elsewhere|b|pid:[1]|42|7", "running")]:   # cannot be told
+            with sqlite3.connect(local) as db:
+                db.execute("UPDATE jobs SET state = 'running', runner = ?", (runner,))
+            with ktune.open_store(local) as store:
+                job = store.jobs()[0]
+            self.assertEqual(job.state, state, runner)
+            if state == "interrupted":
+                self.assertIn(f"pid {os.getpid()} on {socket.gethostname()}) ended", job.message)
+                self.assertIn("run the same job again", job.message)
 
 
 if __name__ == "__main__":
