@@ -4,7 +4,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <thread>
 #include <utility>
 
@@ -189,7 +188,13 @@ ALTER TABLE ktune.submissions ADD COLUMN client TEXT NOT NULL DEFAULT '';
 )sql"},
 };
 
-constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("ktune.");
+// Column 27: when a running job's lease lapsed (nothing renews it), else
+// empty.
+constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS(
+    "ktune.",
+    ",\n       CASE WHEN j.state = 'running' AND j.lease_until < now() THEN\n"
+    "         to_char(j.lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')\n"
+    "       ELSE '' END");
 
 std::optional<double> FiniteOrNull(double v) {
   if (std::isfinite(v)) return v;
@@ -342,23 +347,12 @@ RETURNING id)sql",
 
 absl::StatusOr<std::vector<JobRecord>> PgStore::ReadJobs(const pg::Result& r) {
   std::vector<JobRecord> out;
-  std::vector<std::string> running;
   for (int i = 0; i < r.rows(); ++i) {
     KTUNE_ASSIGN_OR_RETURN(JobRecord j, rows::Job(r.At(i)));
-    if (j.state == JobState::kRunning) running.push_back(j.id);
+    if (const std::string lapsed = r.Text(i, 27); !lapsed.empty()) {
+      MarkInterruptedIfLeaseLapsed(j, lapsed);
+    }
     out.push_back(std::move(j));
-  }
-  if (running.empty()) return out;
-  // A running job whose lease lapsed: nothing renews it.
-  KTUNE_ASSIGN_OR_RETURN(pg::Result lapsed,
-                         conn_.Exec(R"sql(
-SELECT id, to_char(lease_until AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-FROM ktune.jobs WHERE id = ANY($1::text[]) AND state = 'running' AND lease_until < now())sql",
-                                    pg::Params().Add(pg::ArrayLiteral(running))));
-  std::map<std::string, std::string> at;
-  for (int i = 0; i < lapsed.rows(); ++i) at[lapsed.Text(i, 0)] = lapsed.Text(i, 1);
-  for (JobRecord& j : out) {
-    if (auto it = at.find(j.id); it != at.end()) MarkInterruptedIfLeaseLapsed(j, it->second);
   }
   return out;
 }

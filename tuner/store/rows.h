@@ -18,13 +18,15 @@
 namespace ktune::rows {
 
 // The job columns every backend selects, `K` its schema's prefix for
-// table names ("" or "ktune.").
-#define KTUNE_JOB_COLUMNS(K)                                                      \
+// table names ("" or "ktune."), then the backend's own (`EXTRA`, from
+// column 27 on; Job below reads the first 27).
+#define KTUNE_JOB_COLUMNS(K, EXTRA)                                               \
   "SELECT j.id, k.name, k.source_hash, k.parameters, d.locator, d.name,\n"        \
   "       d.architecture, d.uuid, d.memory_bytes, d.driver, d.multiprocessors,\n" \
   "       d.simulated, j.problem, j.spec, j.spec_json, j.strategy, j.seed,\n"     \
   "       j.objective, j.state, j.message, j.evaluations, j.created_at,\n"        \
-  "       j.updated_at, j.origin, j.priority, j.runner, j.client\n"               \
+  "       j.updated_at, j.origin, j.priority, j.runner, j.client" EXTRA           \
+  "\n"                                                                            \
   "FROM " K "jobs j JOIN " K                                                      \
   "kernels k ON k.id = j.kernel_id\n"                                             \
   "     JOIN " K "devices d ON d.id = j.device_id"

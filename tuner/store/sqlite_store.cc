@@ -23,7 +23,7 @@ namespace ktune {
 
 namespace {
 
-constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("");
+constexpr const char* kJobColumns = KTUNE_JOB_COLUMNS("", "");
 
 std::optional<double> FiniteOrNull(double v) {
   if (std::isfinite(v)) return v;
