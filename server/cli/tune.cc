@@ -246,12 +246,7 @@ std::optional<Failure> LocalTune(const Args& args, int* exit_code) {
     const std::string id = run->IdOn((*device)->info());
     lease.emplace(db_path, id);
     so.wait_for_store = true;
-    so.on_store_retry = [id](const absl::Status& why, double retry_in_s) {
-      std::fprintf(stderr,
-                   "ktune: job %s: cannot store its measurement (%s); keeping it and trying "
-                   "again in %.1f s\n",
-                   id.c_str(), std::string(why.message()).c_str(), retry_in_s);
-    };
+    so.on_store_retry = SayStoreRetries("ktune", id);
   }
   absl::StatusOr<JobRunResult> result =
       run->Run(**device, **store, so, [&](const JobRunResult& start) {

@@ -460,12 +460,7 @@ SessionOptions Scheduler::EventsOf(const std::shared_ptr<Entry>& e, bool* wall_l
     // A fleet's database may go away for a while: keep the measured
     // candidate and wait for it, saying so.
     so.wait_for_store = true;
-    so.on_store_retry = [id = e->id](const absl::Status& why, double retry_in_s) {
-      std::fprintf(stderr,
-                   "ktuned: job %s: cannot store its measurement (%s); keeping it and trying "
-                   "again in %.1f s\n",
-                   id.c_str(), std::string(why.message()).c_str(), retry_in_s);
-    };
+    so.on_store_retry = SayStoreRetries("ktuned", e->id);
   }
   const Clock::TimePoint start = options_.clock->Now();
   const double wall_limit = options_.limits.max_wall_seconds;

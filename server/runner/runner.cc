@@ -1,6 +1,7 @@
 #include "server/runner/runner.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 #include <utility>
@@ -320,6 +321,17 @@ absl::Status RejectFileReferences(const v1::JobSpec& spec) {
                                             load.companions(c).kernel()));
   }
   return absl::OkStatus();
+}
+
+std::function<void(const absl::Status& why, double retry_in_s)> SayStoreRetries(
+    std::string program, std::string job_id) {
+  return [program = std::move(program), job_id = std::move(job_id)](const absl::Status& why,
+                                                                    double retry_in_s) {
+    std::fprintf(stderr,
+                 "%s: job %s: cannot store its measurement (%s); keeping it and trying again "
+                 "in %.1f s\n",
+                 program.c_str(), job_id.c_str(), std::string(why.message()).c_str(), retry_in_s);
+  };
 }
 
 }  // namespace ktune

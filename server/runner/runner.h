@@ -5,6 +5,7 @@
 #define KTUNE_SERVER_RUNNER_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,12 @@ absl::Status InlineFiles(v1::JobSpec& spec, const std::string& base_dir);
 // A daemon's check of a spec from a client: no field may name a file on the
 // daemon's machine. INVALID_ARGUMENT names the field.
 absl::Status RejectFileReferences(const v1::JobSpec& spec);
+
+// For SessionOptions::on_store_retry: says each failed attempt to store a
+// measurement on stderr, as "PROGRAM: job ID: cannot store its measurement
+// (WHY); keeping it and trying again in S s".
+std::function<void(const absl::Status& why, double retry_in_s)> SayStoreRetries(std::string program,
+                                                                                std::string job_id);
 
 }  // namespace ktune
 
