@@ -169,7 +169,7 @@ class Store:
         out = []
         for i, k, s, d, p, e, st, m, c, runner, origin in rows:
             if s == "running" and _runner_gone(runner):
-                pid, host = runner.split("|")[3], runner.split("|")[0]
+                host, _, _, pid, _ = runner.split("|")
                 s = "interrupted"
                 m = (f"its process (pid {pid} on {host}) ended without recording the job's end; "
                      + ("ktuned resumes it when it starts again" if origin == "daemon"

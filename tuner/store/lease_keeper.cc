@@ -48,10 +48,10 @@ void LeaseKeeper::RenewOnce(std::unique_ptr<Store>& store, bool& complained) {
   }
   if (store != nullptr) s = store->RenewLease(job_id_, lease_);
   if (s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++renewals_;
-  }
-  if (s.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++renewals_;
+    }
     if (complained) {
       std::fprintf(stderr, "ktune: job %s: its lease is renewed again\n", job_id_.c_str());
     }

@@ -233,9 +233,8 @@ class Store {
   // not running in this process (not started yet, ended, or taken over
   // after the lease lapsed). Stores without leases (SQLite, where the
   // process check alone tells a dead run) do nothing.
-  virtual absl::Status RenewLease(const std::string& job_id, std::chrono::milliseconds lease) {
-    (void)job_id;
-    (void)lease;
+  virtual absl::Status RenewLease(const std::string& /*job_id*/,
+                                  std::chrono::milliseconds /*lease*/) {
     return absl::OkStatus();
   }
 
