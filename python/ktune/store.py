@@ -141,8 +141,9 @@ class Store:
             if device and device in b._ids:
                 arch = b.architecture
         if not arch:
-            row = self._db.execute("SELECT architecture FROM devices WHERE ? IN (name, locator, uuid)",
-                                   (device,)).fetchone()
+            row = self._db.execute(
+                "SELECT architecture FROM devices WHERE ? IN (name, locator, uuid)",
+                (device,)).fetchone()
             arch = row[0] if row else ""
         if arch:
             hit = pick(lambda b: b.architecture == arch, True)

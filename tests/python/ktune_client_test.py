@@ -144,6 +144,24 @@ class DaemonTest(unittest.TestCase):
                 self.assertIn(f"pid {os.getpid()} on {socket.gethostname()}) ended", job.message)
                 self.assertIn("run the same job again", job.message)
 
+    def test_g_the_store_reads_without_grpc(self):
+        # A node with the standard library alone: gRPC and protobuf fail
+        # to import, the store still answers and connect says what is missing.
+        script = (
+            "import sys\n"
+            "for m in ('grpc', 'google', 'google.protobuf'): sys.modules[m] = None\n"
+            "import ktune\n"
+            "with ktune.open_store(sys.argv[1]) as s:\n"
+            "    print(s.best('cn_pnpoly', 'NVIDIA GeForce RTX 2080 Ti', {'n': 20000000}).match)\n"
+            "try:\n"
+            "    ktune.connect('127.0.0.1:1')\n"
+            "except ImportError as e:\n"
+            "    print(e)\n")
+        out = subprocess.run([sys.executable, "-c", script, self.db], check=True,
+                             capture_output=True, text=True).stdout.splitlines()
+        self.assertEqual(out[0], "exact")
+        self.assertIn("ktune.connect needs gRPC for Python (Debian: python3-grpcio", out[1])
+
 
 if __name__ == "__main__":
     unittest.main(argv=sys.argv[:1], verbosity=2)
