@@ -7,9 +7,10 @@
 # Steps, in the order given:
 #   first          process start to the first stored measurement, saxpy,
 #                  one evaluation: cold compile caches (ktune's and the
-#                  driver's), then warm ones,
-#                  alternating with BUNDLE/bin/ktune_before when present
-#                  (an earlier build, for a side-by-side figure)
+#                  driver's), then warm ones (FIRST_RUNS of them, 5 unless
+#                  set), alternating with BUNDLE/before/ktune when present
+#                  (an earlier build, for a side-by-side figure, with its
+#                  own ktune-worker beside it: the worker measures)
 #   worker         the same with ktune-worker beside ktune against a copy
 #                  of ktune in a folder without it (which runs its workers
 #                  itself), alternating, warm caches, 12 runs each
@@ -57,13 +58,20 @@ first_run() {
 
 step_first() {
   local bins=(ktune)
-  [ -x "$bundle/bin/ktune_before" ] && bins+=(ktune_before)
+  [ -x "$bundle/before/ktune" ] && bins+=("$bundle/before/ktune")
   for bin in "${bins[@]}"; do
     echo "cold cache: $(first_run "$bin" "$(mktemp -d)")"
   done
   first_run ktune "$work/warm" >/dev/null  # fills the warm cache
-  for i in 1 2 3 4 5; do
-    for bin in "${bins[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
+  local i b
+  for ((i = 1; i <= ${FIRST_RUNS:-5}; i++)); do
+    if ((i % 2)); then
+      for bin in "${bins[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
+    else  # the other order every other round
+      for ((b = ${#bins[@]} - 1; b >= 0; b--)); do
+        echo "warm $i: $(first_run "${bins[b]}" "$work/warm")"
+      done
+    fi
   done
   KTUNE_CACHE_DIR="$work/warm" CUDA_CACHE_PATH="$work/warm/driver" run ktune tune \
     kernels/saxpy.json --local --device 0 \
