@@ -57,21 +57,18 @@ first_run() {
 }
 
 step_first() {
+  local runs=${FIRST_RUNS:-5} i order
+  [[ $runs =~ ^[1-9][0-9]{0,2}$ ]] || { echo "first: FIRST_RUNS must be 1 to 999, not '$runs'" >&2; return 2; }
   local bins=(ktune)
   [ -x "$bundle/before/ktune" ] && bins+=("$bundle/before/ktune")
   for bin in "${bins[@]}"; do
     echo "cold cache: $(first_run "$bin" "$(mktemp -d)")"
   done
   first_run ktune "$work/warm" >/dev/null  # fills the warm cache
-  local i b
-  for ((i = 1; i <= ${FIRST_RUNS:-5}; i++)); do
-    if ((i % 2)); then
-      for bin in "${bins[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
-    else  # the other order every other round
-      for ((b = ${#bins[@]} - 1; b >= 0; b--)); do
-        echo "warm $i: $(first_run "${bins[b]}" "$work/warm")"
-      done
-    fi
+  for ((i = 1; i <= runs; i++)); do
+    order=("${bins[@]}")
+    ((i % 2 == 0 && ${#bins[@]} == 2)) && order=("${bins[1]}" "${bins[0]}")  # every other round
+    for bin in "${order[@]}"; do echo "warm $i: $(first_run "$bin" "$work/warm")"; done
   done
   KTUNE_CACHE_DIR="$work/warm" CUDA_CACHE_PATH="$work/warm/driver" run ktune tune \
     kernels/saxpy.json --local --device 0 \
