@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Makes a relocatable bundle of ktune: the binaries and every shared library
-# they need except the C library family, libstdc++/libgcc_s (a newer system
+# they need (libpq, which they load when a PostgreSQL database is opened,
+# included) except the C library family, libstdc++/libgcc_s (a newer system
 # has newer ones), the CUDA driver and NVRTC (taken from the machine it runs
 # on: ktune loads them at run time), and the CUDA runtime and cuBLAS that
 # only cublas_bench links (the GPU machine's toolkit has them). This is how
@@ -29,7 +30,11 @@ cp "${bins[@]}" "$out/bin/"
 # Debug information stays in the build tree.
 strip --strip-unneeded "$out"/bin/* 2>/dev/null || true
 
-for b in "${bins[@]}"; do ldd "$b"; done |
+# libpq is loaded when a PostgreSQL database is first opened, so ldd does
+# not list it: it comes with the libraries it needs.
+pq=$(ldconfig -p | awk '$1 == "libpq.so.5" {print $NF; exit}')
+[ -n "$pq" ] || { echo "bundle: libpq.so.5 is not installed here (apt-get install libpq5)" >&2; exit 1; }
+{ for b in "${bins[@]}" "$pq"; do ldd "$b"; done; echo "libpq.so.5 => $pq"; } |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   while read -r lib; do
     case "$(basename "$lib")" in

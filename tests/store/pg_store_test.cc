@@ -18,6 +18,7 @@
 #include "tests/testing/postgres.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/lease_keeper.h"
+#include "tuner/store/libpq.h"
 #include "tuner/store/pg.h"
 
 namespace ktune {
@@ -95,6 +96,32 @@ TEST(PgUriTest, AnUnreachableServerOrABadUriIsNamedWithoutThePassword) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
   EXPECT_THAT(s.status().message(), HasSubstr("nonsense"));
   EXPECT_THAT(s.status().message(), Not(HasSubstr("s3cret")));
+}
+
+TEST(PgLibraryTest, LoadedOnceWhenADatabaseIsOpened) {
+  // Loaded on first use, not linked: a program that only opens SQLite
+  // files never loads it.
+  absl::StatusOr<const pg::LibPq*> a = pg::LoadLibPq();
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<const pg::LibPq*> b = pg::LoadLibPq();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(&pg::Pq(), *a);
+  EXPECT_NE((*a)->PQconnectdb, nullptr);
+  EXPECT_NE((*a)->PQunescapeBytea, nullptr);
+}
+
+TEST(PgLibraryTest, AMissingLibraryIsNamedWithHowToInstallIt) {
+  absl::StatusOr<const pg::LibPq*> api = pg::LoadLibPqFrom("libpq-not-installed.so.5");
+  ASSERT_FALSE(api.ok());
+  EXPECT_EQ(api.status().code(), absl::StatusCode::kFailedPrecondition) << api.status();
+  EXPECT_THAT(api.status().message(), HasSubstr("libpq-not-installed.so.5"));
+  EXPECT_THAT(api.status().message(), HasSubstr("apt-get install libpq5"));
+  // A library without libpq's functions (the C library) is refused by name.
+  api = pg::LoadLibPqFrom("libc.so.6");
+  ASSERT_FALSE(api.ok());
+  EXPECT_EQ(api.status().code(), absl::StatusCode::kFailedPrecondition) << api.status();
+  EXPECT_THAT(api.status().message(), HasSubstr("has no PQclear"));
 }
 
 TEST_F(PgStoreTest, AMissingDatabaseIsNamed) {

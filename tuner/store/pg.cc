@@ -70,13 +70,13 @@ void IgnoreNotice(void*, const char*) {}
 }  // namespace
 
 std::string Result::Text(int row, int col) const {
-  return std::string(PQgetvalue(r_.get(), row, col),
-                     static_cast<std::size_t>(PQgetlength(r_.get(), row, col)));
+  return std::string(Pq().PQgetvalue(r_.get(), row, col),
+                     static_cast<std::size_t>(Pq().PQgetlength(r_.get(), row, col)));
 }
 
 std::int64_t Result::Int(int row, int col) const {
   if (IsNull(row, col)) return 0;
-  const char* v = PQgetvalue(r_.get(), row, col);
+  const char* v = Pq().PQgetvalue(r_.get(), row, col);
   std::int64_t out = 0;
   std::from_chars(v, v + std::strlen(v), out);
   return out;
@@ -86,22 +86,22 @@ double Result::Double(int row, int col) const { return OptionalDouble(row, col).
 
 std::optional<double> Result::OptionalDouble(int row, int col) const {
   if (IsNull(row, col)) return std::nullopt;
-  return std::strtod(PQgetvalue(r_.get(), row, col), nullptr);
+  return std::strtod(Pq().PQgetvalue(r_.get(), row, col), nullptr);
 }
 
 std::string Result::Bytes(int row, int col) const {
   if (IsNull(row, col)) return "";
   std::size_t n = 0;
-  unsigned char* raw =
-      PQunescapeBytea(reinterpret_cast<const unsigned char*>(PQgetvalue(r_.get(), row, col)), &n);
+  unsigned char* raw = Pq().PQunescapeBytea(
+      reinterpret_cast<const unsigned char*>(Pq().PQgetvalue(r_.get(), row, col)), &n);
   if (raw == nullptr) return "";
   std::string out(reinterpret_cast<const char*>(raw), n);
-  PQfreemem(raw);
+  Pq().PQfreemem(raw);
   return out;
 }
 
 std::int64_t Result::Changed() const {
-  const char* n = r_ ? PQcmdTuples(r_.get()) : "";
+  const char* n = r_ ? Pq().PQcmdTuples(r_.get()) : "";
   return n != nullptr && *n != '\0' ? std::strtoll(n, nullptr, 10) : 0;
 }
 
@@ -156,20 +156,23 @@ std::vector<int> Params::Formats() const { return formats_; }
 
 absl::StatusOr<Conn> Conn::Connect(const std::string& uri) {
   const std::string name = Redact(uri);
+  if (absl::StatusOr<const LibPq*> api = LoadLibPq(); !api.ok()) {
+    return absl::Status(api.status().code(), StrCat(name, ": ", api.status().message()));
+  }
   char* parse_error = nullptr;
-  PQconninfoOption* options = PQconninfoParse(uri.c_str(), &parse_error);
+  PQconninfoOption* options = Pq().PQconninfoParse(uri.c_str(), &parse_error);
   if (options == nullptr) {
     const std::string why = parse_error != nullptr ? Trimmed(parse_error) : "out of memory";
-    if (parse_error != nullptr) PQfreemem(parse_error);
+    if (parse_error != nullptr) Pq().PQfreemem(parse_error);
     return absl::InvalidArgumentError(
         StrCat(name, ": not a PostgreSQL connection URI (", why,
                "); the form is postgresql://USER@HOST[:PORT]/DATABASE[?PARAM=VALUE...]"));
   }
-  PQconninfoFree(options);
-  std::unique_ptr<PGconn, ConnCloser> conn(PQconnectdb(uri.c_str()));
+  Pq().PQconninfoFree(options);
+  std::unique_ptr<PGconn, ConnCloser> conn(Pq().PQconnectdb(uri.c_str()));
   if (conn == nullptr) return absl::ResourceExhaustedError(StrCat(name, ": out of memory"));
-  if (PQstatus(conn.get()) != CONNECTION_OK) {
-    const std::string why = Trimmed(PQerrorMessage(conn.get()));
+  if (Pq().PQstatus(conn.get()) != CONNECTION_OK) {
+    const std::string why = Trimmed(Pq().PQerrorMessage(conn.get()));
     if (why.find("does not exist") != std::string::npos &&
         why.find("database") != std::string::npos) {
       return absl::NotFoundError(StrCat(name, ": ", why,
@@ -184,17 +187,17 @@ absl::StatusOr<Conn> Conn::Connect(const std::string& uri) {
     }
     return absl::UnavailableError(StrCat(name, ": cannot reach the database: ", why));
   }
-  PQsetNoticeProcessor(conn.get(), IgnoreNotice, nullptr);
+  Pq().PQsetNoticeProcessor(conn.get(), IgnoreNotice, nullptr);
   return Conn(conn.release(), name);
 }
 
 absl::Status Conn::Error(std::string_view what, const PGresult* r) const {
-  const char* state = r != nullptr ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
+  const char* state = r != nullptr ? Pq().PQresultErrorField(r, PG_DIAG_SQLSTATE) : nullptr;
   const std::string code = state != nullptr ? state : "";
   const std::string why =
-      Trimmed(r != nullptr ? PQresultErrorMessage(r) : PQerrorMessage(conn_.get()));
+      Trimmed(r != nullptr ? Pq().PQresultErrorMessage(r) : Pq().PQerrorMessage(conn_.get()));
   const std::string where = StrCat(name_, ": ", what, ": ", why);
-  if (PQstatus(conn_.get()) == CONNECTION_BAD || code.starts_with("08") || code == "57P01" ||
+  if (Pq().PQstatus(conn_.get()) == CONNECTION_BAD || code.starts_with("08") || code == "57P01" ||
       code == "57P02" || code == "57P03") {
     return absl::UnavailableError(
         StrCat(name_, ": lost the connection to the database (", why,
@@ -213,12 +216,12 @@ absl::Status Conn::Error(std::string_view what, const PGresult* r) const {
 }
 
 absl::Status Conn::Reconnect() {
-  if (PQstatus(conn_.get()) != CONNECTION_BAD) return absl::OkStatus();
+  if (Pq().PQstatus(conn_.get()) != CONNECTION_BAD) return absl::OkStatus();
   if (in_transaction_) return Error("the transaction", nullptr);
   // The server restarted, or the network dropped, since the last call.
-  PQreset(conn_.get());
-  if (PQstatus(conn_.get()) != CONNECTION_OK) return Error("connecting again", nullptr);
-  PQsetNoticeProcessor(conn_.get(), IgnoreNotice, nullptr);
+  Pq().PQreset(conn_.get());
+  if (Pq().PQstatus(conn_.get()) != CONNECTION_OK) return Error("connecting again", nullptr);
+  Pq().PQsetNoticeProcessor(conn_.get(), IgnoreNotice, nullptr);
   return absl::OkStatus();
 }
 
@@ -241,10 +244,11 @@ absl::StatusOr<Result> Conn::Exec(std::string_view sql, const Params& params) {
   const std::vector<int> lengths = params.Lengths();
   const std::vector<int> formats = params.Formats();
   // Without parameters, several statements may be given at once.
-  Result r(params.size() == 0 ? PQexec(conn_.get(), text.c_str())
-                              : PQexecParams(conn_.get(), text.c_str(), params.size(), nullptr,
-                                             values.data(), lengths.data(), formats.data(), 0));
-  const ExecStatusType status = PQresultStatus(r.raw());
+  Result r(params.size() == 0
+               ? Pq().PQexec(conn_.get(), text.c_str())
+               : Pq().PQexecParams(conn_.get(), text.c_str(), params.size(), nullptr, values.data(),
+                                   lengths.data(), formats.data(), 0));
+  const ExecStatusType status = Pq().PQresultStatus(r.raw());
   if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
     return Error(FirstWords(sql), r.raw());
   }
@@ -260,25 +264,25 @@ absl::Status Conn::CopyIn(std::string_view sql, std::string_view data) {
   if (absl::Status s = Reconnect(); !s.ok()) return s;
   const std::string text(sql);
   {
-    Result started(PQexec(conn_.get(), text.c_str()));
-    if (PQresultStatus(started.raw()) != PGRES_COPY_IN)
+    Result started(Pq().PQexec(conn_.get(), text.c_str()));
+    if (Pq().PQresultStatus(started.raw()) != PGRES_COPY_IN)
       return Error(FirstWords(sql), started.raw());
   }
   constexpr std::size_t kChunk = 1 << 20;
   std::string failure;
   for (std::size_t at = 0; at < data.size(); at += kChunk) {
     const std::size_t n = std::min(kChunk, data.size() - at);
-    if (PQputCopyData(conn_.get(), data.data() + at, static_cast<int>(n)) != 1) {
-      failure = Trimmed(PQerrorMessage(conn_.get()));
+    if (Pq().PQputCopyData(conn_.get(), data.data() + at, static_cast<int>(n)) != 1) {
+      failure = Trimmed(Pq().PQerrorMessage(conn_.get()));
       break;
     }
   }
-  PQputCopyEnd(conn_.get(), failure.empty() ? nullptr : failure.c_str());
+  Pq().PQputCopyEnd(conn_.get(), failure.empty() ? nullptr : failure.c_str());
   absl::Status out;
   for (;;) {
-    Result r(PQgetResult(conn_.get()));
+    Result r(Pq().PQgetResult(conn_.get()));
     if (r.raw() == nullptr) break;
-    if (out.ok() && PQresultStatus(r.raw()) != PGRES_COMMAND_OK) {
+    if (out.ok() && Pq().PQresultStatus(r.raw()) != PGRES_COMMAND_OK) {
       out = Error(FirstWords(sql), r.raw());
     }
   }
@@ -293,7 +297,7 @@ absl::StatusOr<Transaction> Transaction::Begin(Conn& conn) {
 
 Transaction::~Transaction() {
   if (conn_ == nullptr) return;
-  if (PQstatus(conn_->get()) == CONNECTION_OK) (void)conn_->Run("ROLLBACK");
+  if (Pq().PQstatus(conn_->get()) == CONNECTION_OK) (void)conn_->Run("ROLLBACK");
   conn_->in_transaction_ = false;
 }
 

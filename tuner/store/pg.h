@@ -4,8 +4,6 @@
 #ifndef KTUNE_TUNER_STORE_PG_H_
 #define KTUNE_TUNER_STORE_PG_H_
 
-#include <libpq-fe.h>
-
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tuner/store/libpq.h"
 
 namespace ktune::pg {
 
@@ -31,10 +30,10 @@ std::string Redact(std::string_view uri);
 std::string ArrayLiteral(const std::vector<std::string>& items);
 
 struct ResultClearer {
-  void operator()(PGresult* r) const noexcept { PQclear(r); }
+  void operator()(PGresult* r) const noexcept { Pq().PQclear(r); }
 };
 struct ConnCloser {
-  void operator()(PGconn* c) const noexcept { PQfinish(c); }
+  void operator()(PGconn* c) const noexcept { Pq().PQfinish(c); }
 };
 
 class Result;
@@ -60,8 +59,8 @@ class Result {
  public:
   Result() = default;
   explicit Result(PGresult* r) : r_(r) {}
-  int rows() const { return r_ ? PQntuples(r_.get()) : 0; }
-  bool IsNull(int row, int col) const { return PQgetisnull(r_.get(), row, col) != 0; }
+  int rows() const { return r_ ? Pq().PQntuples(r_.get()) : 0; }
+  bool IsNull(int row, int col) const { return Pq().PQgetisnull(r_.get(), row, col) != 0; }
   std::string Text(int row, int col) const;
   std::int64_t Int(int row, int col) const;
   double Double(int row, int col) const;
