@@ -32,7 +32,7 @@ strip --strip-unneeded "$out"/bin/* 2>/dev/null || true
 
 # libpq is loaded when a PostgreSQL database is first opened, so ldd does
 # not list it: it comes with the libraries it needs.
-pq=$(ldconfig -p | awk '$1 == "libpq.so.5" {print $NF; exit}')
+pq=$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p | awk '$1 == "libpq.so.5" {print $NF; exit}')
 [ -n "$pq" ] || { echo "bundle: libpq.so.5 is not installed here (apt-get install libpq5)" >&2; exit 1; }
 { for b in "${bins[@]}" "$pq"; do ldd "$b"; done; echo "libpq.so.5 => $pq"; } |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |

@@ -99,8 +99,8 @@ TEST(PgUriTest, AnUnreachableServerOrABadUriIsNamedWithoutThePassword) {
 }
 
 TEST(PgLibraryTest, LoadedOnceWhenADatabaseIsOpened) {
-  // Loaded on first use, not linked: a program that only opens SQLite
-  // files never loads it.
+  // Loaded on first use, not linked (CliTest.LibpqIsLoadedOnlyWhenAPostgresDatabaseIsOpened
+  // shows a SQLite command never loads it); loaded once.
   absl::StatusOr<const pg::LibPq*> a = pg::LoadLibPq();
   ASSERT_TRUE(a.ok()) << a.status();
   absl::StatusOr<const pg::LibPq*> b = pg::LoadLibPq();
