@@ -68,6 +68,25 @@ class PgCliTest : public ::testing::Test {
   std::string uri_;
 };
 
+TEST_F(PgCliTest, LibpqIsLoadedOnlyWhenAPostgresDatabaseIsOpened) {
+  // The dynamic loader lists every library it loads (LD_DEBUG=libs, on
+  // stderr): a command on a SQLite file never loads libpq; the same
+  // command on a PostgreSQL database does.
+  const std::string db = tmp_.File("k.db");
+  for (const std::string& store : {db, uri_}) {
+    RunJson({"tune", "--local", "--device", kConv, "--max-evals", "1", "--db", store, "--json"});
+  }
+  setenv("LD_DEBUG", "libs", 1);
+  const RunResult sqlite = Run({"jobs", "--db", db});
+  const RunResult pg = Run({"jobs", "--db", uri_});
+  unsetenv("LD_DEBUG");
+  EXPECT_EQ(sqlite.code, 0) << sqlite.err;
+  EXPECT_THAT(sqlite.err, HasSubstr("libsqlite3.so"));  // the listing is there
+  EXPECT_THAT(sqlite.err, Not(HasSubstr("libpq.so")));
+  EXPECT_EQ(pg.code, 0) << pg.err;
+  EXPECT_THAT(pg.err, HasSubstr("libpq.so.5"));
+}
+
 TEST_F(PgCliTest, EveryStoreCommandTakesAUriAndStoresMoveBetweenBackends) {
   // A headless job straight into PostgreSQL, and one on a node without
   // network access, into its SQLite file.

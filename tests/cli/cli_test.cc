@@ -732,24 +732,6 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   EXPECT_EQ((*s)->ListJobs()->size(), 1u);
 }
 
-TEST_F(CliTest, LibpqIsLoadedOnlyWhenAPostgresDatabaseIsOpened) {
-  // The dynamic loader lists every library it loads (LD_DEBUG=libs, on
-  // stderr): a command on a SQLite file never loads libpq; one naming a
-  // PostgreSQL database does, and then says the server is not there.
-  RunJson({"tune", "--local", "--device", "sim:" + kRecorded + "convolution_milo_A100.json.gz",
-           "--max-evals", "1", "--db", Db(), "--json"});
-  setenv("LD_DEBUG", "libs", 1);
-  const RunResult sqlite = Run({"jobs", "--db", Db()});
-  const RunResult pg = Run({"jobs", "--db", "postgresql://ann@/ktune?host=" + dir_ + "/no-server"});
-  unsetenv("LD_DEBUG");
-  EXPECT_EQ(sqlite.code, 0) << sqlite.err;
-  EXPECT_THAT(sqlite.err, HasSubstr("libsqlite3.so"));  // the listing is there
-  EXPECT_THAT(sqlite.err, Not(HasSubstr("libpq.so")));
-  EXPECT_EQ(pg.code, 1);
-  EXPECT_THAT(pg.err, HasSubstr("libpq.so.5"));
-  EXPECT_THAT(pg.err, HasSubstr("cannot reach the database"));
-}
-
 TEST_F(CliTest, WithoutADriverTheGpuCommandsSaySo) {
   // A driver that is not there, on any machine (the measurement worker,
   // which loads it, inherits this).

@@ -99,7 +99,7 @@ TEST(PgUriTest, AnUnreachableServerOrABadUriIsNamedWithoutThePassword) {
 }
 
 TEST(PgLibraryTest, LoadedOnceWhenADatabaseIsOpened) {
-  // Loaded on first use, not linked (CliTest.LibpqIsLoadedOnlyWhenAPostgresDatabaseIsOpened
+  // Loaded on first use, not linked (PgCliTest.LibpqIsLoadedOnlyWhenAPostgresDatabaseIsOpened
   // shows a SQLite command never loads it); loaded once.
   absl::StatusOr<const pg::LibPq*> a = pg::LoadLibPq();
   ASSERT_TRUE(a.ok()) << a.status();
