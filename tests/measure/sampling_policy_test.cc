@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <memory>
@@ -213,6 +214,38 @@ TEST(SamplingPolicyTest, LaunchesPerSampleFillAboutFiveTimesTheShortLimit) {
   EXPECT_EQ(LaunchesPerSample(Millis(1.0), 0.5f), 10);
   EXPECT_EQ(LaunchesPerSample(Millis(0.02), 0.1f), 1);
   EXPECT_EQ(LaunchesPerSample(Millis(0.02), 0.0f), 1000);  // clamped
+}
+
+// The warm-up spun slice by slice, the clock read after each, as the
+// worker does; returns the milliseconds spun.
+double SpinWarmUp(double limit_ms, int max_clock_mhz, const std::vector<int>& clock_per_slice) {
+  double spun = 0;
+  std::size_t i = 0;
+  for (double slice; (slice = NextWarmUpSliceMs(spun, limit_ms,
+                                                clock_per_slice[std::min(
+                                                    i, clock_per_slice.size() - 1)],
+                                                max_clock_mhz)) > 0;
+       ++i) {
+    spun += slice;
+  }
+  return spun;
+}
+
+TEST(SamplingPolicyTest, TheWarmUpEndsAtTheHighestClockOrItsLimit) {
+  // A GPU clocking up reaches its highest clock after the third slice.
+  EXPECT_EQ(SpinWarmUp(50, 1980, {345, 900, 1500, 1980}), 15);
+  // Already at it (the reference just ran): one slice, never none.
+  EXPECT_EQ(SpinWarmUp(50, 1980, {1980}), kWarmUpSliceMs);
+  // Never at it (a power cap, application clocks): the whole limit.
+  EXPECT_EQ(SpinWarmUp(50, 1980, {1755}), 50);
+  // Without NVML nothing is known: the whole limit, the last slice short.
+  EXPECT_EQ(SpinWarmUp(12, 0, {0}), 12);
+  EXPECT_EQ(SpinWarmUp(50, 0, {1980}), 50);
+  EXPECT_EQ(SpinWarmUp(50, 1980, {0}), 50);
+  // No warm-up asked for.
+  EXPECT_EQ(SpinWarmUp(0, 1980, {345}), 0);
+  EXPECT_EQ(SpinWarmUp(-1, 1980, {345}), 0);
+  EXPECT_EQ(SpinWarmUp(std::nan(""), 1980, {345}), 0);
 }
 
 }  // namespace

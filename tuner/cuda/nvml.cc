@@ -19,6 +19,7 @@ struct NvmlApi {
   NvmlReturn (*init)() = nullptr;
   NvmlReturn (*by_uuid)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock)(NvmlDevice, int, unsigned int*) = nullptr;
+  NvmlReturn (*max_clock)(NvmlDevice, int, unsigned int*) = nullptr;
   NvmlReturn (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
   NvmlReturn (*energy)(NvmlDevice, unsigned long long*) = nullptr;
   NvmlReturn (*power)(NvmlDevice, unsigned int*) = nullptr;
@@ -34,6 +35,8 @@ const NvmlApi* LoadNvml() {
         dlsym(h, "nvmlDeviceGetHandleByUUID"));
     a->clock = reinterpret_cast<NvmlReturn (*)(NvmlDevice, int, unsigned int*)>(
         dlsym(h, "nvmlDeviceGetClockInfo"));
+    a->max_clock = reinterpret_cast<NvmlReturn (*)(NvmlDevice, int, unsigned int*)>(
+        dlsym(h, "nvmlDeviceGetMaxClockInfo"));
     a->reasons = reinterpret_cast<NvmlReturn (*)(NvmlDevice, unsigned long long*)>(
         dlsym(h, "nvmlDeviceGetCurrentClocksEventReasons"));
     if (a->reasons == nullptr) {
@@ -67,6 +70,16 @@ int Nvml::SmClockMhz() const {
   const NvmlApi* api = LoadNvml();
   unsigned int mhz = 0;
   if (api == nullptr || device_ == nullptr || api->clock(device_, kNvmlClockSm, &mhz) != 0) {
+    return 0;
+  }
+  return static_cast<int>(mhz);
+}
+
+int Nvml::MaxSmClockMhz() const {
+  const NvmlApi* api = LoadNvml();
+  unsigned int mhz = 0;
+  if (api == nullptr || device_ == nullptr || api->max_clock == nullptr ||
+      api->max_clock(device_, kNvmlClockSm, &mhz) != 0) {
     return 0;
   }
   return static_cast<int>(mhz);

@@ -22,6 +22,8 @@ class Nvml {
   bool available() const { return device_ != nullptr; }
   // Current SM clock in MHz, or 0.
   int SmClockMhz() const;
+  // The highest SM clock the GPU runs at (its boost clock) in MHz, or 0.
+  int MaxSmClockMhz() const;
   // True if the clocks are held down by heat or a hardware slowdown now
   // (not by an ordinary power cap).
   bool Throttled() const;

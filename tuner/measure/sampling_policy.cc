@@ -71,6 +71,12 @@ std::unique_ptr<StoppingRule> StandardStoppingRule(const SamplingSettings& setti
   return std::make_unique<StandardRule>(settings, candidate);
 }
 
+double NextWarmUpSliceMs(double spun_ms, double limit_ms, int clock_mhz, int max_clock_mhz) {
+  if (!(limit_ms > spun_ms)) return 0;  // NaN limits too
+  if (spun_ms > 0 && max_clock_mhz > 0 && clock_mhz >= max_clock_mhz) return 0;
+  return std::min(kWarmUpSliceMs, limit_ms - spun_ms);
+}
+
 int LaunchesPerSample(Millis short_kernel, float ms) {
   const int n = static_cast<int>(std::ceil(5 * short_kernel.count() / std::max(ms, 1e-4f)));
   return std::clamp(n, 1, 1000);

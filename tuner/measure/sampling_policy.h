@@ -86,6 +86,14 @@ int MinSamplesOf(const SamplingSettings& settings, const CandidateSampling& cand
 // enough for a sample of about five times that limit (1 to 1000).
 int LaunchesPerSample(Millis short_kernel, float ms);
 
+// The busy warm-up before samples, in slices: how long the next slice
+// spins after `spun_ms` of at most `limit_ms`, 0 when the warm-up is done.
+// It is done once `limit_ms` is spun, or after at least one slice once the
+// SM clock reads its maximum (`clock_mhz` >= `max_clock_mhz`, both known:
+// not 0), since then the GPU is no longer clocking up.
+inline constexpr double kWarmUpSliceMs = 5;
+double NextWarmUpSliceMs(double spun_ms, double limit_ms, int clock_mhz, int max_clock_mhz);
+
 class SamplingPolicy {
  public:
   // What to do after a chunk.

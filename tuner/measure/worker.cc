@@ -38,7 +38,10 @@ absl::Status Worker::Init(int ordinal, std::string* device_name) {
   const bool have_nvml = nvml.valid();
   if (have_nvml) nvml_ = nvml.get();
   KTUNE_RETURN_IF_ERROR(opened);
-  if (have_nvml) clocks_.Start(nvml_);
+  if (have_nvml) {
+    max_clock_mhz_ = nvml_.MaxSmClockMhz();
+    clocks_.Start(nvml_);
+  }
   KTUNE_ASSIGN_OR_RETURN(helpers_, LoadHelperKernels(gpu_.api, gpu_.architecture));
   KTUNE_RETURN_IF_ERROR(canary_.Init());
   KTUNE_RETURN_IF_ERROR(verifier_.Init());
@@ -80,16 +83,25 @@ absl::Status Worker::Setup(const v1::WorkerSetup& setup) {
   return absl::OkStatus();
 }
 
-absl::Status Worker::WarmUp() {
-  const double ms = setup_.settings().warmup_ms();
-  if (ms <= 0) return absl::OkStatus();
-  unsigned long long ns = static_cast<unsigned long long>(ms * 1e6);
-  void* args[] = {&ns};
-  KTUNE_RETURN_IF_ERROR(gpu_.Check(
-      gpu_.api.cuLaunchKernel(helpers_.spin, static_cast<unsigned>(gpu_.multiprocessors) * 2, 1, 1,
-                              128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
-      "cuLaunchKernel(warm-up)"));
-  return gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize");
+absl::StatusOr<double> Worker::WarmUp() {
+  // In slices, so that a GPU already at its highest clock (after the
+  // reference's launch, say) is not kept waiting for the whole of it.
+  const double limit_ms = setup_.settings().warmup_ms();
+  double spun_ms = 0;
+  for (double slice_ms;
+       (slice_ms = NextWarmUpSliceMs(spun_ms, limit_ms, clocks_.clock_mhz(), max_clock_mhz_)) > 0;
+       spun_ms += slice_ms) {
+    unsigned long long ns = static_cast<unsigned long long>(slice_ms * 1e6);
+    void* args[] = {&ns};
+    KTUNE_RETURN_IF_ERROR(
+        gpu_.Check(gpu_.api.cuLaunchKernel(helpers_.spin,
+                                           static_cast<unsigned>(gpu_.multiprocessors) * 2, 1, 1,
+                                           128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
+                   "cuLaunchKernel(warm-up)"));
+    KTUNE_RETURN_IF_ERROR(
+        gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize"));
+  }
+  return spun_ms;
 }
 
 std::optional<v1::WorkerMeasurement> Worker::Load(const v1::WorkerCandidate& c,
@@ -256,8 +268,9 @@ v1::WorkerMeasurement Worker::Sample(const v1::WorkerCandidate& c, Launch& launc
   // samples count as activity, not failed candidates or the reference's
   // single launch.
   if (WorkerClock::now() - last_activity_ > kIdleGap) {
-    if (auto st = WarmUp(); !st.ok()) return end.Infra(st);
-    cond.set_warm_up_ms(std::max(0.0, setup_.settings().warmup_ms()));
+    absl::StatusOr<double> spun_ms = WarmUp();
+    if (!spun_ms.ok()) return end.Infra(spun_ms.status());
+    cond.set_warm_up_ms(*spun_ms);
   }
   const bool concurrent = c.instances() > 0;
   SamplingPolicy policy(SamplingSettingsOf(setup_.settings()), CandidateSamplingOf(c));

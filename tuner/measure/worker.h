@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "ktune/v1/worker.pb.h"
 #include "tuner/cuda/driver.h"
 #include "tuner/cuda/nvml.h"
@@ -62,7 +63,8 @@ class Worker {
     std::vector<void*> params;
   };
 
-  absl::Status WarmUp();
+  // The busy warm-up (see NextWarmUpSliceMs); how long it spun, in ms.
+  absl::StatusOr<double> WarmUp();
   // Loads the candidate's image and checks its launch against the kernel's
   // limits; fills *launch (function, shared memory). A measurement when the
   // candidate ends here.
@@ -93,6 +95,7 @@ class Worker {
   HelperKernels helpers_;
   Nvml nvml_;  // unavailable without NVML
   ClockSampler clocks_;
+  int max_clock_mhz_ = 0;  // the SM clock's highest, from NVML; 0: unknown
   ArgumentBuffers buffers_;
   Verifier verifier_;
   Canary canary_;
