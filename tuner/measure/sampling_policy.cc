@@ -93,8 +93,8 @@ SamplingPolicy::SamplingPolicy(const SamplingSettings& settings, const Candidate
 
 int SamplingPolicy::Begin(Millis first_launch) {
   const auto first_ms = static_cast<float>(first_launch.count());
-  const bool batching = candidate_.batching && candidate_.instances <= 0 &&
-                        settings_.short_kernel.count() > 0;
+  const bool batching =
+      candidate_.batching && candidate_.instances <= 0 && settings_.short_kernel.count() > 0;
   // The first launch after loading carries one-time costs: a kernel that
   // looks short is decided on by its first chunk of samples instead.
   undecided_ = batching && first_ms < 0.25f;

@@ -38,11 +38,11 @@ struct SamplingSettings {
 
 // What this candidate brings to its sampling.
 struct CandidateSampling {
-  Millis best{0};             // best median so far; 0: none (no racing)
-  bool no_racing = false;     // final contenders are never raced
-  int min_samples = 0;        // overrides the settings' when > 0
-  int instances = 0;          // CONCURRENT: a sample covers this many instances
-  bool batching = true;       // several launches a sample allowed (kernels, not pipelines)
+  Millis best{0};                // best median so far; 0: none (no racing)
+  bool no_racing = false;        // final contenders are never raced
+  int min_samples = 0;           // overrides the settings' when > 0
+  int instances = 0;             // CONCURRENT: a sample covers this many instances
+  bool batching = true;          // several launches a sample allowed (kernels, not pipelines)
   int time_cap_min_samples = 1;  // the time cap stops only after this many
 };
 

@@ -93,11 +93,10 @@ absl::StatusOr<double> Worker::WarmUp() {
        spun_ms += slice_ms) {
     unsigned long long ns = static_cast<unsigned long long>(slice_ms * 1e6);
     void* args[] = {&ns};
-    KTUNE_RETURN_IF_ERROR(
-        gpu_.Check(gpu_.api.cuLaunchKernel(helpers_.spin,
-                                           static_cast<unsigned>(gpu_.multiprocessors) * 2, 1, 1,
-                                           128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
-                   "cuLaunchKernel(warm-up)"));
+    KTUNE_RETURN_IF_ERROR(gpu_.Check(
+        gpu_.api.cuLaunchKernel(helpers_.spin, static_cast<unsigned>(gpu_.multiprocessors) * 2, 1,
+                                1, 128, 1, 1, 0, gpu_.stream.get(), args, nullptr),
+        "cuLaunchKernel(warm-up)"));
     KTUNE_RETURN_IF_ERROR(
         gpu_.Check(gpu_.api.cuStreamSynchronize(gpu_.stream.get()), "cuStreamSynchronize"));
   }
