@@ -276,14 +276,17 @@ Json TimedResultJson(const StrategyScore& sc) {
   return r;
 }
 
-// A score in --json: the scores, the fractions of the optimum, the
-// strategy's time per proposal.
+// A score in --json: the scores, the fractions of the optimum, each
+// repeat's best at the two budgets (seed order; the long one absent with
+// --short-only), the strategy's time per proposal.
 Json ScoreJson(const StrategyScore& sc) {
   Json r = Json::MakeObject();
   r.Set("strategy", sc.strategy);
   r.Set("short_score", sc.short_score);
   r.Set("long_score", sc.long_score);
   r.Set("fraction_of_optimum_at_20_50_100_200", ArrayJson(sc.fraction_of_optimum));
+  r.Set("best_ms_at_short_budget", ArrayJson(sc.best_at_short));
+  if (!sc.best_at_long.empty()) r.Set("best_ms_at_long_budget", ArrayJson(sc.best_at_long));
   r.Set("ms_per_proposal", sc.time_per_proposal.count());
   return r;
 }

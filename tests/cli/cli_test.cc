@@ -311,9 +311,19 @@ TEST_F(CliTest, EvaluateScoresAndShortOnlyStopsAtTheShortBudget) {
     EXPECT_EQ(results[i].Find("strategy")->as_string(), i == 0 ? "random" : "local");
     EXPECT_TRUE(results[i].Find("long_score")->is_number());
     EXPECT_TRUE(brief_results[i].Find("long_score")->is_null());
-    // The same seeds, so the same short score.
+    // The same seeds, so the same short score and each repeat's best there.
     EXPECT_EQ(brief_results[i].Find("short_score")->as_double(),
               results[i].Find("short_score")->as_double());
+    const Json::Array& at_short = results[i].Find("best_ms_at_short_budget")->as_array();
+    const Json::Array& at_long = results[i].Find("best_ms_at_long_budget")->as_array();
+    ASSERT_EQ(at_short.size(), 3u);
+    ASSERT_EQ(at_long.size(), 3u);
+    for (std::size_t r = 0; r < 3; ++r) {
+      EXPECT_EQ(brief_results[i].Find("best_ms_at_short_budget")->as_array().at(r).as_double(),
+                at_short[r].as_double());
+      EXPECT_LE(at_long[r].as_double(), at_short[r].as_double());
+    }
+    EXPECT_EQ(brief_results[i].Find("best_ms_at_long_budget"), nullptr);
   }
   const RunResult text = Run(
       {"evaluate", "--device", cache, "--strategy", "random", "--repeats", "3", "--short-only"});

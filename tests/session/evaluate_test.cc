@@ -136,10 +136,18 @@ TEST(EvaluateTest, RandomSearchScoresAboutZeroAndTheOracleOne) {
   ASSERT_TRUE(oracle.ok()) << oracle.status();
   EXPECT_DOUBLE_EQ(oracle->short_score, 1.0);
   EXPECT_DOUBLE_EQ(oracle->long_score, 1.0);
+  EXPECT_EQ(oracle->best_at_short, std::vector<double>{2.0});
+  EXPECT_EQ(oracle->best_at_long, std::vector<double>{2.0});
   std::reverse(order.begin(), order.end());
   absl::StatusOr<StrategyScore> worst = scripted(order);
   ASSERT_TRUE(worst.ok()) << worst.status();
   EXPECT_LT(worst->short_score, -1.0);
+  // Slowest first: the two failures, then the 21 slowest of a = 30 and 29
+  // (a = 30: 27^2 + b + 1 for b = 10..1; a = 29: 26^2 + b + 1 for b = 12..2,
+  // the 23rd 26^2 + 2 + 1); after 230, a = 30 down to 12 and a = 11's
+  // b = 12 and 11 (8^2 + 11 + 1).
+  EXPECT_EQ(worst->best_at_short, std::vector<double>{26 * 26 + 3});
+  EXPECT_EQ(worst->best_at_long, std::vector<double>{8 * 8 + 12});
 }
 
 TEST(EvaluateTest, ShortOnlyGivesTheFullRunsShortScore) {

@@ -244,6 +244,11 @@ class ScoreSum {
     const double last = curve.empty() ? set_.baseline.worst() : curve.back();
     curve.resize(set_.horizon, last);
     for (std::size_t b = 0; b < set_.horizon; ++b) mean_[b] += curve[b] / repeats;
+    if (!set_.timed) {
+      const auto short_budget = static_cast<std::size_t>(set_.baseline.short_budget());
+      best_at_short_.push_back(curve[std::min(short_budget, set_.horizon) - 1]);
+      if (!set_.options.short_only) best_at_long_.push_back(curve.back());
+    }
     for (std::size_t m = 0; m < std::size(kMarks); ++m) {
       const auto at = std::min<std::size_t>(static_cast<std::size_t>(kMarks[m]), set_.horizon) - 1;
       fraction_[m] += set_.baseline.optimum() / curve[at] / repeats;
@@ -290,6 +295,8 @@ class ScoreSum {
     score.time_per_proposal = std::chrono::duration<double, std::milli>(
         proposals_ > 0 ? strategy_ms_ / static_cast<double>(proposals_) : 0);
     score.mean_curve = std::move(mean_);
+    score.best_at_short = std::move(best_at_short_);
+    score.best_at_long = std::move(best_at_long_);
     return score;
   }
 
@@ -303,6 +310,8 @@ class ScoreSum {
   double end_ms_ = set_.options.max_recorded_time.count();
   std::vector<double> final_best_;
   std::vector<std::int64_t> final_evaluations_;
+  std::vector<double> best_at_short_;
+  std::vector<double> best_at_long_;
   std::vector<std::vector<std::pair<double, double>>> improvements_;
 };
 

@@ -71,6 +71,11 @@ struct StrategyScore {
   int repeats = 0;
   // Mean best-so-far curve over the budget run.
   std::vector<double> mean_curve;
+  // Under the evaluation budgets: each repeat's best after the short
+  // budget and after the long one (empty with short_only), in seed order
+  // (the worst valid time for a repeat that found none).
+  std::vector<double> best_at_short;
+  std::vector<double> best_at_long;
   // Under a time budget (EvaluateOptions::max_recorded_time): each repeat's
   // best time at the end (the worst valid time if it found none), in seed
   // order, and its evaluations; the mean best so far against recorded
