@@ -67,6 +67,8 @@ constexpr std::size_t kMaxPriorFailures = 150;
 constexpr std::size_t kMaxModelRows = 300;
 // Random draws a batch's initial pick is chosen from (see SpreadPick).
 constexpr int kSpreadDraws = 30;
+// Uniform draws the centre pick is chosen from when the space is not listed.
+constexpr int kCentreDraws = 2000;
 // Hill-climbing steps refining a pick from a sampled candidate set.
 constexpr int kRefineSteps = 8;
 
@@ -150,8 +152,40 @@ std::optional<Config> BayesianOptimization::RandomUnseen() {
   return std::nullopt;
 }
 
+std::optional<Config> BayesianOptimization::CentrePick() {
+  std::vector<double> x(encoder_.dims());
+  std::optional<Config> pick;
+  double nearest = std::numeric_limits<double>::infinity();
+  std::uint64_t ties = 0;
+  auto consider = [&](const Config& c) {
+    if (seen_.count(c) != 0) return;
+    encoder_.Encode(c, x.data());
+    double d2 = 0;
+    for (double v : x) d2 += (v - 0.5) * (v - 0.5);
+    if (d2 < nearest - 1e-12) {
+      nearest = d2;
+      ties = 0;
+    }
+    // Each of the `ties` configurations at the nearest distance is kept
+    // with probability 1/ties: a uniform choice among them.
+    if (d2 <= nearest + 1e-12 && rng_.Uniform(++ties) == 0) pick = c;
+  };
+  if (!all_.empty()) {
+    for (const Config& c : all_) consider(c);
+  } else {
+    for (int draw = 0; draw < kCentreDraws; ++draw) {
+      std::optional<Config> c = space_.Sample(rng_);
+      if (!c) break;
+      consider(*c);
+    }
+  }
+  return pick ? pick : RandomUnseen();
+}
+
 std::optional<Config> BayesianOptimization::SpreadPick(const std::vector<Config>& batch) {
-  if (batch.empty() && pending_.empty() && observed_configs_.empty()) return RandomUnseen();
+  if (batch.empty() && pending_.empty() && observed_configs_.empty()) {
+    return options_.centre ? CentrePick() : RandomUnseen();
+  }
   // The points to keep away from: the batch's and the earlier rounds'
   // still unmeasured (encoded here), and everything measured (encoded when
   // told).

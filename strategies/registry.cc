@@ -192,7 +192,8 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                      {"polish_radius", 1, 2, true},
                      {"trust", 0, 1e6, true},
                      {"trust_start", 1, 1e6, true},
-                     {"input_warp", 0, 1, true}});
+                     {"input_warp", 0, 1, true},
+                     {"centre", 0, 1, true}});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);
@@ -206,6 +207,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("trust")) bo.trust = static_cast<int>((*o)["trust"]);
     if (o->count("trust_start")) bo.trust_start = static_cast<int>((*o)["trust_start"]);
     if (o->count("input_warp")) bo.input_warp = (*o)["input_warp"] != 0;
+    if (o->count("centre")) bo.centre = (*o)["centre"] != 0;
     if (o->count("failures_in_objective")) {
       bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
     }

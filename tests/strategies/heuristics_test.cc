@@ -235,9 +235,11 @@ TEST(StrategiesTest, BayesPolishesTheNeighbourhoodOfTheBestWhenItStalls) {
   };
   for (const auto& [limit, radius] : {std::pair{0, 1}, std::pair{2, 1}, std::pair{4, 2}}) {
     SCOPED_TRACE(StrCat("polish_limit ", limit, ", polish_radius ", radius));
-    const RunResult run = Drive(
-        "bayes", space, loss_of, 80, 1, 3,
-        {{"polish", "3"}, {"polish_limit", StrCat(limit)}, {"polish_radius", StrCat(radius)}});
+    const RunResult run = Drive("bayes", space, loss_of, 80, 1, 3,
+                                {{"initial", "4"},
+                                 {"polish", "3"},
+                                 {"polish_limit", StrCat(limit)},
+                                 {"polish_radius", StrCat(radius)}});
     std::vector<std::pair<double, std::string>> measured;  // (loss, key)
     std::set<std::string> seen;
     std::size_t improved_at = 0, polished = 0, polish_picks = 0;
@@ -299,9 +301,11 @@ TEST(StrategiesTest, BayesKeepsItsGlobalPicksInATrustRegionThatNarrowsAsItStalls
   constexpr int kParams = 4, kInitial = 4;
   for (const auto& [trust, start] : {std::pair{3, 2}, std::pair{4, 3}}) {
     SCOPED_TRACE(StrCat("trust ", trust, ", trust_start ", start));
-    const RunResult run =
-        Drive("bayes", space, loss_of, 90, 1, 5,
-              {{"polish", "0"}, {"trust", StrCat(trust)}, {"trust_start", StrCat(start)}});
+    const RunResult run = Drive("bayes", space, loss_of, 90, 1, 5,
+                                {{"initial", StrCat(kInitial)},
+                                 {"polish", "0"},
+                                 {"trust", StrCat(trust)},
+                                 {"trust_start", StrCat(start)}});
     ASSERT_EQ(run.keys.size(), 90u);
     std::vector<Config> measured;
     std::optional<Config> best;
@@ -606,6 +610,53 @@ TEST(StrategiesTest, BayesSpreadsItsInitialPicksApart) {
                 batch, bayes / 20, random / 20);
     EXPECT_GT(bayes, 3 * random) << "batch " << batch;
   }
+}
+
+// The first pick, before anything is known, is the configuration nearest
+// the centre of the encoding (block sizes on a log scale), ties at random;
+// `centre=0` makes it a uniform draw. In a space too large to list it is
+// the nearest of many draws.
+TEST(StrategiesTest, BayesFirstPickIsTheConfigurationNearestTheCentre) {
+  Parameter block{"block", ValueType::kInt, {}};
+  for (std::int64_t b = 1; b <= 64; b *= 2) block.values.emplace_back(b);
+  // The centre, 8,3, is excluded: of its neighbours 4,3 and 16,3 are
+  // nearest (a sixth of the log axis away), with either value of `pad`.
+  const Space space =
+      *Space::Product({block, Range("tile", 1, 5), Range("pad", 0, 1)}, {"block * tile != 24"});
+  const std::set<std::string> nearest = {"4,3,0", "4,3,1", "16,3,0", "16,3,1"};
+  auto flat = [](const Space&, const Config&) { return Ok(1.0); };
+  std::set<std::string> centred, uniform;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    const std::string first = Drive("bayes", space, flat, 1, 1, seed).keys.at(0);
+    EXPECT_EQ(nearest.count(first), 1u) << "seed " << seed << ": " << first;
+    centred.insert(first);
+    uniform.insert(Drive("bayes", space, flat, 1, 1, seed, {{"centre", "0"}}).keys.at(0));
+  }
+  EXPECT_GT(centred.size(), 1u);  // the ties are broken by the seed
+  EXPECT_GT(uniform.size(), 8u);
+
+  // 10^8 configurations: not listed.
+  std::vector<Parameter> params;
+  for (const char* name : {"a", "b", "c", "d", "e", "f", "g", "h"}) {
+    params.push_back(Range(name, 0, 9));
+  }
+  const Space large = *Space::Product(params, {});
+  auto off_centre = [](const std::string& key) {
+    double d2 = 0;
+    for (const std::string& part : StrSplit(key, ',')) {
+      const double u = std::stod(part) / 9.0 - 0.5;
+      d2 += u * u;
+    }
+    return d2;
+  };
+  double centred_d2 = 0, uniform_d2 = 0;
+  for (std::uint64_t seed = 0; seed < 20; ++seed) {
+    centred_d2 += off_centre(Drive("bayes", large, flat, 1, 1, seed).keys.at(0));
+    uniform_d2 += off_centre(Drive("bayes", large, flat, 1, 1, seed, {{"centre", "0"}}).keys.at(0));
+  }
+  std::printf("squared distance from the centre, mean of 20 seeds: centred %.3f, uniform %.3f\n",
+              centred_d2 / 20, uniform_d2 / 20);
+  EXPECT_LT(centred_d2, uniform_d2 / 3);
 }
 
 // A job on a GPU asks ahead of its measurements (32 configurations on a
