@@ -173,7 +173,9 @@ class BayesianOptimization final : public Strategy {
   // anything, so they should cover the space: far apart, which also
   // reaches toward its corners (over 14 recorded spaces and 290 seeds the
   // short-budget score rose from 0.394 to 0.421, the long one held;
-  // docs/benchmarks.md).
+  // docs/benchmarks.md). With nothing picked or measured yet, there is
+  // nothing to keep away from: the pick is CentrePick's (or a uniform
+  // draw, without BayesOptions::centre).
   std::optional<Config> SpreadPick(const std::vector<Config>& batch);
   // The unmeasured configuration nearest the centre of the encoding (each
   // coordinate 0.5), ties broken at random: of every configuration when
