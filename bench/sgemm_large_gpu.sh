@@ -16,7 +16,8 @@
 #                  itself), alternating, warm caches, 12 runs each
 #   auto SECONDS   kernels/sgemm_large.json with the default strategy and a
 #                  time budget of SECONDS (compilation included, from
-#                  empty compile caches, ktune's and the driver's)
+#                  empty compile caches, ktune's and the driver's), seed
+#                  AUTO_SEED (0 unless set)
 #   cublas         bench/cublas_bench: cuBLAS fp32 SGEMM beside auto's best
 #   record SECONDS brute force over kernels/sgemm_large_slice.json for at
 #                  most SECONDS (resumable: the store is OUT/record.db.gz,
@@ -92,13 +93,14 @@ step_worker() {
 }
 
 step_auto() {
-  local seconds=$1
+  local seconds=$1 seed=${AUTO_SEED:-0}
+  [[ $seed =~ ^[0-9]{1,18}$ ]] || { echo "auto: AUTO_SEED must be a number, not '$seed'" >&2; return 2; }
   # Compilation is part of the budget: nothing compiled by an earlier run
   # on this machine (ktune's cache or the driver's) may shorten it.
   mkdir -p "$work/auto_cache/driver"
   KTUNE_CACHE_DIR="$work/auto_cache" CUDA_CACHE_PATH="$work/auto_cache/driver" \
     run ktune tune kernels/sgemm_large.json --local --device 0 --db "$work/auto.db" \
-    --max-seconds "$seconds" --json >"$out/auto.json"
+    --max-seconds "$seconds" --seed "$seed" --json >"$out/auto.json"
   local job
   job=$(sed -n 's/.*"job_id": *"\([0-9a-f]*\)".*/\1/p' "$out/auto.json" | head -1)
   run ktune show "$job" --db "$work/auto.db" --json | gzip >"$out/auto_show.json.gz"
