@@ -66,7 +66,7 @@ echo "slurm scripts: ok"
 # Every shell script of the repository passes shellcheck (scripts/setup.sh
 # installs it).
 if command -v shellcheck >/dev/null 2>&1; then
-  (cd "$src" && shellcheck .ci/run scripts/*.sh deploy/*.sh deploy/slurm/* tests/deploy/*.sh tests/consumer/*.sh)
+  (cd "$src" && shellcheck .ci/run scripts/*.sh bench/*.sh deploy/*.sh deploy/slurm/* tests/deploy/*.sh tests/consumer/*.sh)
   echo "shellcheck: ok"
 else
   echo "shellcheck: not here, scripts not linted"
