@@ -311,6 +311,7 @@ void BayesianOptimization::Refit() {
   const std::size_t grown = static_cast<std::size_t>(n) < kMaxModelRows
                                 ? static_cast<std::size_t>(n)
                                 : std::max(observations_.size(), kMaxModelRows);
+  gp_.set_min_length_scale(LengthFloor(static_cast<std::size_t>(n)));
   gp_.Fit(x, ys, RefitIterations(grown, fitted_on_));
 
   any_failure_ = n_ok < observations_.size() + prior_failures_.size();
@@ -346,7 +347,12 @@ void BayesianOptimization::Refit() {
   // A constant mean at the observed rate: where nothing is known, the
   // success probability is the rate seen so far.
   label_mean_ = labels.mean();
+  feasibility_.set_min_length_scale(LengthFloor(static_cast<std::size_t>(all)));
   feasibility_.Fit(xa, (labels.array() - label_mean_).matrix(), f_iterations);
+}
+
+double BayesianOptimization::LengthFloor(std::size_t rows) const {
+  return rows < static_cast<std::size_t>(options_.length_floor_below) ? options_.length_floor : 0.0;
 }
 
 Eigen::VectorXd BayesianOptimization::Feasibility(const Eigen::MatrixXd& xc) const {

@@ -21,7 +21,9 @@
 // are spread apart: the first is the configuration nearest the centre of
 // the space, each later one the one of a few uniform draws farthest from
 // everything picked or measured before it. The time model's numeric axes
-// are warped by fitted distribution functions (BayesOptions::input_warp).
+// are warped by fitted distribution functions (BayesOptions::input_warp);
+// while a model has few points its length scales are kept from shrinking
+// (BayesOptions::length_floor).
 // When the
 // best stops improving, the picks polish its neighbourhood for a while
 // (BayesOptions::polish); the global search keeps to a trust region around
@@ -114,6 +116,17 @@ struct BayesOptions {
   // of all do, and the model gets a point in the middle of every axis to
   // measure the corners against.
   bool centre = true;
+  // While a model is fitted on fewer than length_floor_below rows, none of
+  // its length scales is below length_floor (of the unit cube's side; 0
+  // leaves only GaussianProcess's own bound). From a handful of points a
+  // parameter whose effect happens to turn between two of them gets a short
+  // scale, and the picks after keep to what those points said. 0.5 below
+  // 25: over 14 recorded spaces the short budget's score rose by 0.012 on
+  // average in six sets of seeds (the convolutions on RTX GPUs most, the
+  // MI250X one fell), the long one held; the large SGEMM recording rose at
+  // both (docs/benchmarks.md).
+  double length_floor = 0.5;
+  int length_floor_below = 25;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
   // Outcomes known from elsewhere (another device or problem): their
   // failures inform the success model from the start.
@@ -186,6 +199,9 @@ class BayesianOptimization final : public Strategy {
   std::vector<const Observation*> ModelRows(bool with_failures) const;
   void Refit();
   std::vector<Config> Candidates();
+  // The least length scale for a model fitted on `rows` observations
+  // (BayesOptions::length_floor).
+  double LengthFloor(std::size_t rows) const;
   // Success probabilities at the rows of `xc`.
   Eigen::VectorXd Feasibility(const Eigen::MatrixXd& xc) const;
 

@@ -185,7 +185,7 @@ void GaussianProcess::Optimise(int iterations) {
     const Eigen::VectorXd step = kRate * (m1 / (1 - std::pow(kBeta1, it))).array() /
                                  ((m2 / (1 - std::pow(kBeta2, it))).array().sqrt() + 1e-8);
     theta += step;
-    theta.head(d) = theta.head(d).cwiseMax(std::log(0.01)).cwiseMin(std::log(100.0));
+    theta.head(d) = theta.head(d).cwiseMax(std::log(min_length_)).cwiseMin(std::log(100.0));
     theta(d) = std::clamp(theta(d), std::log(1e-2), std::log(1e2));
     theta(d + 1) = std::clamp(theta(d + 1), std::log(kMinNoise), std::log(kMaxNoise));
     if (nw > 0) {

@@ -6,6 +6,7 @@
 #define KTUNE_STRATEGIES_GP_H_
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cstddef>
 #include <vector>
 
@@ -36,6 +37,13 @@ class GaussianProcess {
   // near one end is stretched there. Call before the first Fit.
   void WarpInputs(const std::vector<Eigen::Index>& dims);
 
+  // The smallest length scale the fit may choose (0.01 unless set; values
+  // below it are raised to it): a floor of a large part of the unit cube
+  // keeps a handful of points from fitting an effect that turns within a
+  // fraction of an axis. Applies to the next Fit that optimises.
+  void set_min_length_scale(double v) { min_length_ = std::max(v, kMinLengthScale); }
+  static constexpr double kMinLengthScale = 0.01;
+
   std::size_t size() const { return static_cast<std::size_t>(x_.rows()); }
   const Eigen::VectorXd& length_scales() const { return length_; }
   double noise_variance() const { return noise_; }
@@ -60,6 +68,7 @@ class GaussianProcess {
 
   std::size_t dims_;
   Eigen::VectorXd length_;  // length scales
+  double min_length_ = kMinLengthScale;
   double signal_ = 1.0;
   double noise_ = 1e-2;
   Eigen::MatrixXd x_;

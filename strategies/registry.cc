@@ -193,7 +193,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
                      {"trust", 0, 1e6, true},
                      {"trust_start", 1, 1e6, true},
                      {"input_warp", 0, 1, true},
-                     {"centre", 0, 1, true}});
+                     {"centre", 0, 1, true},
+                     {"length_floor", 0, 1, false},
+                     {"length_floor_below", 0, 1e6, true}});
     if (!o.ok()) return o.status();
     BayesOptions bo;
     if (o->count("initial")) bo.initial = static_cast<int>((*o)["initial"]);
@@ -208,6 +210,10 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(std::string_view name, co
     if (o->count("trust_start")) bo.trust_start = static_cast<int>((*o)["trust_start"]);
     if (o->count("input_warp")) bo.input_warp = (*o)["input_warp"] != 0;
     if (o->count("centre")) bo.centre = (*o)["centre"] != 0;
+    if (o->count("length_floor")) bo.length_floor = (*o)["length_floor"];
+    if (o->count("length_floor_below")) {
+      bo.length_floor_below = static_cast<int>((*o)["length_floor_below"]);
+    }
     if (o->count("failures_in_objective")) {
       bo.failures_in_objective = (*o)["failures_in_objective"] != 0;
     }

@@ -550,6 +550,33 @@ TEST(GaussianProcessTest, WarpedInputsFollowAnEffectConcentratedAtOneEnd) {
   EXPECT_LT(e_warped, 0.5 * e_plain) << "plain " << e_plain << ", warped " << e_warped;
 }
 
+TEST(GaussianProcessTest, AFloorKeepsFewPointsFromFittingAShortLengthScale) {
+  // Five points along the first axis with a step between the middle two:
+  // fitted freely, that axis gets a scale far below the cube's side; with
+  // a floor of 0.5 it keeps at least that, and the second axis (whose
+  // values say nothing) is unaffected by the floor's being there.
+  Eigen::MatrixXd x(5, 2);
+  Eigen::VectorXd y(5);
+  const double xs[5] = {0.0, 0.2, 0.45, 0.55, 1.0};
+  for (int i = 0; i < 5; ++i) {
+    x(i, 0) = xs[i];
+    x(i, 1) = 0.5;
+    y(i) = xs[i] < 0.5 ? -1.0 : 1.0;
+  }
+  GaussianProcess free_fit(2), floored(2);
+  floored.set_min_length_scale(0.5);
+  free_fit.Fit(x, y, 200);
+  floored.Fit(x, y, 200);
+  EXPECT_LT(free_fit.length_scales()(0), 0.4);
+  EXPECT_GE(floored.length_scales()(0), 0.5 - 1e-12);
+  EXPECT_GE(floored.length_scales()(1), 0.5 - 1e-12);
+  // Below the GP's own bound a floor is that bound.
+  GaussianProcess tiny(2);
+  tiny.set_min_length_scale(0);
+  tiny.Fit(x, y, 200);
+  EXPECT_GE(tiny.length_scales().minCoeff(), GaussianProcess::kMinLengthScale - 1e-12);
+}
+
 TEST(StrategiesTest, BayesSearchesSpacesTooLargeToList) {
   // 40^4 = 2.56 million configurations: candidates are sampled and picks
   // refined by hill-climbing; a smooth bowl is still found fast.
