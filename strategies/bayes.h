@@ -121,10 +121,10 @@ struct BayesOptions {
   // leaves only GaussianProcess's own bound). From a handful of points a
   // parameter whose effect happens to turn between two of them gets a short
   // scale, and the picks after keep to what those points said. 0.5 below
-  // 25: over 14 recorded spaces the short budget's score rose by 0.012 on
-  // average in six sets of seeds (the convolutions on RTX GPUs most, the
-  // MI250X one fell), the long one held, as did the large SGEMM recording
-  // (docs/benchmarks.md).
+  // 25: over 14 recorded spaces the short budget's score rose by 0.011 on
+  // average in seven sets of seeds (the convolutions on RTX GPUs most, the
+  // MI250X one fell in two of three), the long one held, as did the large
+  // SGEMM recording (docs/benchmarks.md).
   double length_floor = 0.5;
   int length_floor_below = 25;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
