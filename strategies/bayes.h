@@ -121,9 +121,9 @@ struct BayesOptions {
   // leaves only GaussianProcess's own bound). From a handful of points a
   // parameter whose effect happens to turn between two of them gets a short
   // scale, and the picks after keep to what those points said. 0.5 below
-  // 25: over 14 recorded spaces the short budget's score rose by 0.011 on
-  // average in eight sets of seeds (the convolutions on RTX GPUs most, the
-  // MI250X one fell in three of four), the long one held, as did the large
+  // 25: over 14 recorded spaces the short budget's score rose by 0.012 on
+  // average in nine sets of seeds (the convolutions on RTX GPUs most, the
+  // MI250X one fell in four of five), the long one held, as did the large
   // SGEMM recording (docs/benchmarks.md).
   double length_floor = 0.5;
   int length_floor_below = 25;
