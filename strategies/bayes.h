@@ -123,8 +123,8 @@ struct BayesOptions {
   // scale, and the picks after keep to what those points said. 0.5 below
   // 25: over 14 recorded spaces the short budget's score rose by 0.012 on
   // average in nine sets of seeds (the convolutions on RTX GPUs most, the
-  // MI250X one fell in four of five), the long one held, as did the large
-  // SGEMM recording (docs/benchmarks.md).
+  // MI250X one fell in four of the five full sets), the long one held, as
+  // did the large SGEMM recording (docs/benchmarks.md).
   double length_floor = 0.5;
   int length_floor_below = 25;
   std::vector<Config> warm;  // configurations to try first (e.g. best elsewhere)
