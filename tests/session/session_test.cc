@@ -14,6 +14,7 @@
 #include "strategies/registry.h"
 #include "tests/testing/parameters.h"
 #include "tests/testing/temp_dir.h"
+#include "tuner/base/strings.h"
 #include "tuner/session/warm_start.h"
 
 namespace ktune {
@@ -317,6 +318,55 @@ TEST_F(SessionTest, FinalContendersAreRemeasuredOnceAndDecideTheBest) {
   EXPECT_TRUE(again.remeasured.empty());
   EXPECT_TRUE(again.calls.empty());
   EXPECT_EQ(r2->best->key, r->best->key);
+}
+
+TEST_F(SessionTest, ALeaderMeasuredOnceAfterTheFinalRoundGetsARoundOfItsOwn) {
+  FakeDevice device;
+  device.remeasure = true;
+  // The three best by a first measurement (5,3 at 1 ms, 6,3 and 5,4 at 2)
+  // all re-measure slower than the four at 3 ms, which were measured once;
+  // of those, 4,4 re-measures faster still.
+  device.remeasure_factor["5,3"] = 3.5;
+  device.remeasure_factor["6,3"] = 2.0;
+  device.remeasure_factor["5,4"] = 2.0;
+  device.remeasure_factor["4,4"] = 0.9;
+  const Job job = MakeJob("brute_force", 0, 0);
+  absl::StatusOr<SessionResult> r = RunJob(job, device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // A second round: three of the four at 3 ms (6,4 comes last in either
+  // order of the brute force, so it stays out).
+  ASSERT_EQ(device.remeasured.size(), 6u);
+  const std::set<std::string> second(device.remeasured.begin() + 3, device.remeasured.end());
+  EXPECT_EQ(second.count("4,4"), 1u);
+  EXPECT_EQ(second.count("6,4"), 0u);
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_EQ(r->best->key, "4,4");
+  EXPECT_DOUBLE_EQ(r->best->measurement.time.count(), 2.7);
+  EXPECT_TRUE(r->best->measurement.conditions.final_round());
+  EXPECT_EQ(r->progress.best_key, "4,4");
+  auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ((*best)[0].key, "4,4");
+}
+
+TEST_F(SessionTest, FinalRoundsStopAtTheirBoundAndTheJobStillAgreesWithTheStore) {
+  FakeDevice device;
+  device.remeasure = true;
+  // Every configuration re-measures ten times slower: each round's
+  // contenders fall behind the next ones, measured once.
+  for (int a = 0; a <= 9; ++a) {
+    for (int b = 0; b <= 9; ++b) device.remeasure_factor[StrCat(a, ",", b)] = 10.0;
+  }
+  const Job job = MakeJob("brute_force", 0, 0);
+  absl::StatusOr<SessionResult> r = RunJob(job, device);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(device.remeasured.size(), 9u);  // three rounds of three
+  ASSERT_TRUE(r->best.has_value());
+  EXPECT_FALSE(r->best->measurement.conditions.final_round());
+  auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_EQ(best->size(), 1u);
+  EXPECT_EQ((*best)[0].key, r->best->key);
+  EXPECT_DOUBLE_EQ((*best)[0].time_ms, r->best->measurement.time.count());
 }
 
 TEST_F(SessionTest, DeviceFailureFailsTheJobButKeepsWhatWasMeasured) {

@@ -17,6 +17,9 @@ namespace ktune {
 namespace {
 
 constexpr int kDefaultFinalContenders = 3;
+// Rounds of final contenders at most: the first, and more while a
+// configuration outside them leads once they are re-measured.
+constexpr int kMaxFinalRounds = 3;
 
 }  // namespace
 
@@ -109,6 +112,8 @@ class Session::Running {
   // The final contenders, re-measured interleaved before one is declared
   // best (on devices that measure; once per job).
   absl::Status FinalRound();
+  // Re-measures the first n of ranked_ together and stores what it finds.
+  absl::Status RemeasureTop(std::size_t n);
   void Report();
 
   Session& s_;
@@ -285,18 +290,43 @@ absl::Status Session::Running::FinalRound() {
   const int wanted = s_.job_.spec.measurement().final_contenders() > 0
                          ? s_.job_.spec.measurement().final_contenders()
                          : kDefaultFinalContenders;
-  std::stable_sort(ranked_.begin(), ranked_.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Config> contenders;
-  for (std::size_t i = 0; i < ranked_.size() && static_cast<int>(i) < wanted; ++i) {
-    contenders.push_back(ranked_[i].second);
+  auto by_loss = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::unordered_set<std::string> remeasured;
+  for (int round = 0; round < kMaxFinalRounds; ++round) {
+    std::stable_sort(ranked_.begin(), ranked_.end(), by_loss);
+    // Contenders re-measured slower than they first were can leave the
+    // lead to a configuration measured once: it gets a round of its own,
+    // beside the others now at the top.
+    if (round > 0 && remeasured.count(space_.Key(ranked_.front().second)) != 0) break;
+    const std::size_t n = std::min(ranked_.size(), static_cast<std::size_t>(wanted));
+    KTUNE_RETURN_IF_ERROR(RemeasureTop(n));
+    for (std::size_t i = 0; i < n; ++i) remeasured.insert(space_.Key(ranked_[i].second));
   }
+  // The job's best is the store's: the lowest loss, then the first measured.
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
+  best_loss_ = std::numeric_limits<double>::infinity();
+  Progress& progress = result_.progress;
+  for (StoredMeasurement& record : all) {
+    if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
+      best_loss_ = *record.loss;
+      progress.best_time_ms = record.measurement.time.count();
+      progress.best_objective = record.objective;
+      progress.best_key = record.key;
+      result_.best = std::move(record);
+    }
+  }
+  KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.RefreshBest(s_.job_id_); }));
+  if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
+  return absl::OkStatus();
+}
+
+absl::Status Session::Running::RemeasureTop(std::size_t n) {
+  std::vector<Config> contenders;
+  for (std::size_t i = 0; i < n; ++i) contenders.push_back(ranked_[i].second);
   KTUNE_ASSIGN_OR_RETURN(std::vector<Measurement> again, s_.device_.Remeasure(contenders));
   KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
   std::unordered_map<std::string, StoredMeasurement> by_key;
   for (StoredMeasurement& m : all) by_key.emplace(m.key, std::move(m));
-  best_loss_ = std::numeric_limits<double>::infinity();
-  Progress& progress = result_.progress;
   for (std::size_t i = 0; i < contenders.size(); ++i) {
     StoredMeasurement record = by_key.at(space_.Key(contenders[i]));
     Measurement m = again[i];
@@ -313,19 +343,11 @@ absl::Status Session::Running::FinalRound() {
       record.objective = s_.job_.objective.Compute(contenders[i], m.time.count(), joules, watts);
       record.loss = s_.job_.objective.Loss(contenders[i], m.time.count(), joules, watts);
       record.measurement = std::move(m);
+      ranked_[i].first = record.loss.value_or(std::numeric_limits<double>::infinity());
     }
     KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.UpdateMeasurement(s_.job_id_, record); }));
-    if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
-      best_loss_ = *record.loss;
-      progress.best_time_ms = record.measurement.time.count();
-      progress.best_objective = record.objective;
-      progress.best_key = record.key;
-      result_.best = record;
-    }
     if (options_.on_measurement) options_.on_measurement(record);
   }
-  KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.RefreshBest(s_.job_id_); }));
-  if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
   return absl::OkStatus();
 }
 
