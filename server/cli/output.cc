@@ -93,6 +93,7 @@ Json ConditionsJson(const Conditions& c) {
   if (c.sm_clock_mhz_before() > 0) j.Set("sm_clock_mhz_before", c.sm_clock_mhz_before());
   if (c.sm_clock_mhz_after() > 0) j.Set("sm_clock_mhz_after", c.sm_clock_mhz_after());
   if (c.warm_up_ms() > 0) j.Set("warm_up_ms", c.warm_up_ms());
+  if (c.final_round()) j.Set("final_round", true);
   if (c.power_w() > 0) {
     j.Set("energy_j", c.energy_j());
     j.Set("power_w", c.power_w());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
+#include "tests/cli/cli_fixture.h"
 #include "tests/testing/postgres.h"
 #include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
@@ -29,17 +30,10 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kRecorded = std::string(KTUNE_SOURCE_DIR) + "/kernels/recorded/";
 const std::string kConv = "sim:" + kRecorded + "convolution_milo_A100.json.gz";
 const std::string kPnpoly = "sim:" + kRecorded + "pnpoly_kttvalues_RTX_2080_Ti.json.gz";
 
-struct RunResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-class PgCliTest : public ::testing::Test {
+class PgCliTest : public CliTest {
  protected:
   void SetUp() override {
     absl::StatusOr<testing::PostgresCluster*> pg = testing::SharedPostgres();
@@ -49,22 +43,6 @@ class PgCliTest : public ::testing::Test {
     ASSERT_TRUE(uri.ok()) << uri.status();
     uri_ = *uri;
   }
-  RunResult Run(const std::vector<std::string>& args) {
-    RunResult r;
-    r.code = testing::WaitExit(
-        testing::Spawn(KTUNE_CLI_PATH, args, tmp_.File("stdout"), tmp_.File("stderr")));
-    r.out = testing::Slurp(tmp_.File("stdout"));
-    r.err = testing::Slurp(tmp_.File("stderr"));
-    return r;
-  }
-  Json RunJson(const std::vector<std::string>& args) {
-    const RunResult r = Run(args);
-    EXPECT_EQ(r.code, 0) << r.err;
-    absl::StatusOr<Json> j = ParseJson(r.out);
-    EXPECT_TRUE(j.ok()) << r.out;
-    return j.ok() ? *j : Json();
-  }
-  testing::TempDir tmp_;
   std::string uri_;
 };
 
