@@ -344,6 +344,13 @@ TEST_F(SessionTest, ALeaderMeasuredOnceAfterTheFinalRoundGetsARoundOfItsOwn) {
   EXPECT_DOUBLE_EQ(r->best->measurement.time.count(), 2.7);
   EXPECT_TRUE(r->best->measurement.conditions.final_round());
   EXPECT_EQ(r->progress.best_key, "4,4");
+  // Each re-measured one says what it measured before.
+  absl::StatusOr<std::vector<StoredMeasurement>> ms = store_->LoadMeasurements(r->job.id);
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  std::map<std::string, std::string> messages;
+  for (const StoredMeasurement& m : *ms) messages[m.key] = m.measurement.message;
+  EXPECT_THAT(messages["5,3"], ::testing::HasSubstr("1.0000 ms before"));
+  EXPECT_THAT(messages["4,4"], ::testing::HasSubstr("3.0000 ms before"));
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ((*best)[0].key, "4,4");

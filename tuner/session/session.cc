@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <deque>
 #include <limits>
 #include <thread>
@@ -342,6 +343,11 @@ absl::Status Session::Running::RemeasureTop(std::size_t n) {
       const double joules = m.conditions.energy_j(), watts = m.conditions.power_w();
       record.objective = s_.job_.objective.Compute(contenders[i], m.time.count(), joules, watts);
       record.loss = s_.job_.objective.Loss(contenders[i], m.time.count(), joules, watts);
+      // What it measured before stays in the message: the gap between the
+      // two is what the final rounds are for.
+      char before[48];
+      std::snprintf(before, sizeof before, ", %.4f ms before", record.measurement.time.count());
+      m.message = StrCat(m.message.empty() ? "re-measured" : m.message, before);
       record.measurement = std::move(m);
       ranked_[i].first = record.loss.value_or(std::numeric_limits<double>::infinity());
     }
