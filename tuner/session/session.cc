@@ -113,8 +113,13 @@ class Session::Running {
   // The final contenders, re-measured interleaved before one is declared
   // best (on devices that measure; once per job).
   absl::Status FinalRound();
-  // Re-measures the first n of ranked_ together and stores what it finds.
-  absl::Status RemeasureTop(std::size_t n);
+  // Re-measures the first n of ranked_ together and stores what it finds,
+  // in the store and in `all` (the job's measurements, `at` their index by
+  // key).
+  absl::Status RemeasureTop(std::size_t n, std::vector<StoredMeasurement>& all,
+                            const std::unordered_map<std::string, std::size_t>& at);
+  // Makes `record` the job's best if it beats it; whether it did.
+  bool TakeIfBest(const StoredMeasurement& record);
   void Report();
 
   Session& s_;
@@ -266,15 +271,7 @@ absl::Status Session::Running::Evaluate(const Config& config) {
   Progress& progress = result_.progress;
   ++progress.evaluations;
   ++progress.status_counts[static_cast<std::size_t>(m.status)];
-  bool improved = false;
-  if (m.ok() && record.loss && *record.loss < best_loss_) {
-    best_loss_ = *record.loss;
-    progress.best_time_ms = m.time.count();
-    progress.best_objective = record.objective;
-    progress.best_key = key;
-    result_.best = record;
-    improved = true;
-  }
+  const bool improved = TakeIfBest(record);
   if (fresh && options_.on_measurement) options_.on_measurement(record);
   if (improved && options_.on_new_best) options_.on_new_best(record);
   Report();
@@ -291,6 +288,11 @@ absl::Status Session::Running::FinalRound() {
   const int wanted = s_.job_.spec.measurement().final_contenders() > 0
                          ? s_.job_.spec.measurement().final_contenders()
                          : kDefaultFinalContenders;
+  // The job's measurements in evaluation order, kept as the rounds update
+  // them.
+  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
+  std::unordered_map<std::string, std::size_t> at;
+  for (std::size_t i = 0; i < all.size(); ++i) at.emplace(all[i].key, i);
   auto by_loss = [](const auto& a, const auto& b) { return a.first < b.first; };
   std::unordered_set<std::string> remeasured;
   for (int round = 0; round < kMaxFinalRounds; ++round) {
@@ -300,36 +302,25 @@ absl::Status Session::Running::FinalRound() {
     // beside the others now at the top.
     if (round > 0 && remeasured.count(space_.Key(ranked_.front().second)) != 0) break;
     const std::size_t n = std::min(ranked_.size(), static_cast<std::size_t>(wanted));
-    KTUNE_RETURN_IF_ERROR(RemeasureTop(n));
+    KTUNE_RETURN_IF_ERROR(RemeasureTop(n, all, at));
     for (std::size_t i = 0; i < n; ++i) remeasured.insert(space_.Key(ranked_[i].second));
   }
   // The job's best is the store's: the lowest loss, then the first measured.
-  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
   best_loss_ = std::numeric_limits<double>::infinity();
-  Progress& progress = result_.progress;
-  for (StoredMeasurement& record : all) {
-    if (record.measurement.ok() && record.loss && *record.loss < best_loss_) {
-      best_loss_ = *record.loss;
-      progress.best_time_ms = record.measurement.time.count();
-      progress.best_objective = record.objective;
-      progress.best_key = record.key;
-      result_.best = std::move(record);
-    }
-  }
+  for (const StoredMeasurement& record : all) TakeIfBest(record);
   KTUNE_RETURN_IF_ERROR(Stored([&] { return store_.RefreshBest(s_.job_id_); }));
   if (result_.best && options_.on_new_best) options_.on_new_best(*result_.best);
   return absl::OkStatus();
 }
 
-absl::Status Session::Running::RemeasureTop(std::size_t n) {
+absl::Status Session::Running::RemeasureTop(
+    std::size_t n, std::vector<StoredMeasurement>& all,
+    const std::unordered_map<std::string, std::size_t>& at) {
   std::vector<Config> contenders;
   for (std::size_t i = 0; i < n; ++i) contenders.push_back(ranked_[i].second);
   KTUNE_ASSIGN_OR_RETURN(std::vector<Measurement> again, s_.device_.Remeasure(contenders));
-  KTUNE_ASSIGN_OR_RETURN(std::vector<StoredMeasurement> all, store_.LoadMeasurements(s_.job_id_));
-  std::unordered_map<std::string, StoredMeasurement> by_key;
-  for (StoredMeasurement& m : all) by_key.emplace(m.key, std::move(m));
   for (std::size_t i = 0; i < contenders.size(); ++i) {
-    StoredMeasurement record = by_key.at(space_.Key(contenders[i]));
+    StoredMeasurement& record = all[at.at(space_.Key(contenders[i]))];
     Measurement m = again[i];
     m.conditions.set_final_round(true);
     m.compile_time = record.measurement.compile_time;
@@ -355,6 +346,17 @@ absl::Status Session::Running::RemeasureTop(std::size_t n) {
     if (options_.on_measurement) options_.on_measurement(record);
   }
   return absl::OkStatus();
+}
+
+bool Session::Running::TakeIfBest(const StoredMeasurement& record) {
+  if (!record.measurement.ok() || !record.loss || *record.loss >= best_loss_) return false;
+  best_loss_ = *record.loss;
+  Progress& progress = result_.progress;
+  progress.best_time_ms = record.measurement.time.count();
+  progress.best_objective = record.objective;
+  progress.best_key = record.key;
+  result_.best = record;
+  return true;
 }
 
 absl::StatusOr<SessionResult> Session::Running::Run() {
