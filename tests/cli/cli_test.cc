@@ -1,23 +1,16 @@
 // End-to-end tests of the ktune command line: the binary is run as a user
 // would run it.
 #include <dirent.h>
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "tests/cli/cli_fixture.h"
@@ -25,7 +18,6 @@
 #include "tests/testing/process.h"
 #include "tests/testing/temp_dir.h"
 #include "tuner/base/json.h"
-#include "tuner/base/sha256.h"
 #include "tuner/base/strings.h"
 #include "tuner/store/sqlite.h"
 #include "tuner/store/store.h"
