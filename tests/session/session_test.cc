@@ -167,6 +167,7 @@ TEST_F(SessionTest, BruteForceFindsTheOptimumAndStoresEverything) {
   EXPECT_GT(r->progress.status_counts[static_cast<int>(CandidateStatus::kRuntimeFault)], 0);
   EXPECT_EQ(static_cast<int>(StoredKeys(r->job.id).size()), valid);
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(best.ok()) << best.status();
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ((*best)[0].key, "5,3");
 }
@@ -301,6 +302,7 @@ TEST_F(SessionTest, FinalContendersAreRemeasuredOnceAndDecideTheBest) {
   EXPECT_TRUE(r->best->measurement.conditions.final_round());
   // The store agrees: the measurement was replaced and the best recomputed.
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(best.ok()) << best.status();
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ((*best)[0].key, r->best->key);
   absl::StatusOr<std::vector<StoredMeasurement>> ms = store_->LoadMeasurements(r->job.id);
@@ -352,6 +354,7 @@ TEST_F(SessionTest, ALeaderMeasuredOnceAfterTheFinalRoundGetsARoundOfItsOwn) {
   EXPECT_THAT(messages["5,3"], ::testing::HasSubstr("1.0000 ms before"));
   EXPECT_THAT(messages["4,4"], ::testing::HasSubstr("3.0000 ms before"));
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(best.ok()) << best.status();
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ((*best)[0].key, "4,4");
 }
@@ -371,6 +374,7 @@ TEST_F(SessionTest, FinalRoundsStopAtTheirBoundAndTheJobStillAgreesWithTheStore)
   ASSERT_TRUE(r->best.has_value());
   EXPECT_FALSE(r->best->measurement.conditions.final_round());
   auto best = store_->FindBest("fake", std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(best.ok()) << best.status();
   ASSERT_EQ(best->size(), 1u);
   EXPECT_EQ((*best)[0].key, r->best->key);
   EXPECT_DOUBLE_EQ((*best)[0].time_ms, r->best->measurement.time.count());
