@@ -113,7 +113,7 @@ class EvaluateProgress {
 
  private:
   static std::string Left(double s) {
-    if (s < 60) return StrCat(static_cast<int>(s + 0.5), " s");
+    if (s < 60) return StrCat(std::lround(s), " s");
     if (s < 3600) return StrCat(static_cast<int>(s / 60), " min ", static_cast<int>(s) % 60, " s");
     return StrCat(static_cast<int>(s / 3600), " h ", static_cast<int>(s / 60) % 60, " min");
   }
@@ -196,7 +196,10 @@ class EvaluationPage {
       r.Set("finalBest", ArrayJson(sc.final_best));
     }
     for (auto& [key, value] : space.as_object()) {
-      if (key == "results") value.Push(std::move(r));
+      if (key == "results") {
+        value.Push(std::move(r));
+        break;
+      }
     }
   }
   // `time_budget_s` > 0: the runs had that budget of recorded time.

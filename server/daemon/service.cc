@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "server/daemon/token.h"
 #include "tuner/base/strings.h"
 
@@ -26,8 +27,9 @@ grpc::ServerUnaryReactor* Async(grpc::CallbackServerContext* ctx, boost::asio::t
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   boost::asio::post(pool, [reactor, response, work = std::move(work)]() mutable {
     auto result = work();
-    if (result.ok()) *response = *std::move(result);
-    reactor->Finish(ToGrpc(result.status()));
+    const absl::Status status = result.status();
+    if (status.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpc(status));
   });
   return reactor;
 }
