@@ -90,6 +90,7 @@ Cost Run(const Space& space, const StrategyChoice& choice, std::uint64_t seed, s
     const auto t0 = Clock::now();
     std::vector<Config> asked = (*s)->Ask(n);
     std::vector<Outcome> outcomes;
+    outcomes.reserve(asked.size());
     for (const Config& c : asked) outcomes.push_back(Evaluate(space, c));
     const auto t1 = Clock::now();
     for (std::size_t i = 0; i < asked.size(); ++i) (*s)->Tell(asked[i], outcomes[i]);

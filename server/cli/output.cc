@@ -305,6 +305,7 @@ void PrintJobs(const std::vector<JobRecord>& jobs, bool json) {
     return;
   }
   std::vector<std::vector<std::string>> rows;
+  rows.reserve(jobs.size());
   for (const JobRecord& j : jobs) {
     rows.push_back({j.id, JobStateName(j.state), StrCat(j.evaluations), j.kernel_name, j.strategy,
                     j.device.name});

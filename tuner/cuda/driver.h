@@ -22,7 +22,7 @@ namespace ktune::cuda {
 
 // The driver's entry points. One per process; immutable after Load.
 struct Api {
-#define KTUNE_CUDA_FN(name) decltype(&::name) name = nullptr
+#define KTUNE_CUDA_FN(name) decltype(&::name) name = nullptr  // NOLINT(bugprone-macro-parentheses)
   KTUNE_CUDA_FN(cuInit);
   KTUNE_CUDA_FN(cuGetErrorName);
   KTUNE_CUDA_FN(cuGetErrorString);
