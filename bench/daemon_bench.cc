@@ -123,6 +123,7 @@ LoadResult GetBestLoad(const std::string& address, int clients, double seconds) 
   sched_getaffinity(0, sizeof(mine), &mine);
   const int threads = std::clamp(CPU_COUNT(&mine) / 2, 1, clients);
   std::vector<std::unique_ptr<grpc::CompletionQueue>> queues;
+  queues.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) queues.push_back(std::make_unique<grpc::CompletionQueue>());
   const Clock::time_point end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                    std::chrono::duration<double>(seconds));
@@ -135,6 +136,7 @@ LoadResult GetBestLoad(const std::string& address, int clients, double seconds) 
     call.rpc->Finish(&call.response, &call.status, &call);
   };
   std::vector<std::thread> pollers;
+  pollers.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     pollers.emplace_back([&, t] {
       grpc::CompletionQueue* cq = queues[static_cast<std::size_t>(t)].get();
@@ -384,6 +386,7 @@ void Loads(const std::string& address, double per_load, const std::string& backe
     }
     auto median = [&](double LoadResult::*field) {
       std::vector<double> v;
+      v.reserve(runs.size());
       for (const LoadResult& r : runs) v.push_back(r.*field);
       std::sort(v.begin(), v.end());
       return v[1];
@@ -486,6 +489,7 @@ int main(int argc, char** argv) {
     auto round_of = [&](double seconds) {
       const auto end = Clock::now() + std::chrono::duration<double>(seconds);
       std::vector<std::thread> threads;
+      threads.reserve(32);
       for (int c = 0; c < 32; ++c) {
         threads.emplace_back([&] {
           while (Clock::now() < end) {
@@ -501,6 +505,7 @@ int main(int argc, char** argv) {
     // Four rounds: memory that grows round after round is a leak; memory
     // that settles after the first is the daemon's working set.
     std::vector<long> rss;
+    rss.reserve(4);
     for (int round = 0; round < 4; ++round) rss.push_back(round_of(soak / 4));
     std::printf(
         "soak %.0f s: %ld jobs succeeded, %ld failed; daemon RSS %ld KiB at start, "

@@ -71,6 +71,7 @@ StoredMeasurement Measured(std::int64_t seq) {
   const double ms = 1.0 + static_cast<double>((seq * 7919) % 1000) / 1000.0;
   m.measurement.time = Millis(ms);
   std::vector<double> samples;
+  samples.reserve(30);
   for (int i = 0; i < 30; ++i) samples.push_back(ms * (1 + 0.001 * i));
   m.measurement.stats = ComputeStats(samples);
   m.measurement.samples_ms = samples;
@@ -122,7 +123,7 @@ void SubmissionToClaim(const std::string& label, const std::string& db, const te
     v1::SubmitJobRequest req;
     req.mutable_spec()->mutable_strategy()->set_name("random");
     req.mutable_spec()->mutable_strategy()->set_max_evaluations(3);
-    req.mutable_spec()->mutable_strategy()->set_seed(static_cast<std::uint64_t>(5000 + i));
+    req.mutable_spec()->mutable_strategy()->set_seed(5000 + static_cast<std::uint64_t>(i));
     const auto start = Clock::now();
     v1::SubmitJobResponse resp;
     grpc::ClientContext ctx;
@@ -168,6 +169,7 @@ void ClaimQueue(const std::string& uri, int jobs, int claimers) {
   }
   std::atomic<int> claimed{0};
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(claimers));
   const auto start = Clock::now();
   for (int c = 0; c < claimers; ++c) {
     threads.emplace_back([&, c] {

@@ -59,8 +59,9 @@ std::optional<Config> Repair(const Space& space, Rng& rng, const Config& config,
                              const ConfigSet& seen) {
   if (space.IsValid(config) && seen.count(config) == 0) return config;
   const double rate = 1.0 / static_cast<double>(std::max<std::size_t>(1, space.num_params()));
+  // The mutation rate steps up after every ten attempts.
   for (int attempt = 0; attempt < 50; ++attempt) {
-    Config c = Mutate(space, rng, config, rate * (1 + attempt / 10));
+    Config c = Mutate(space, rng, config, rate * (1 + std::floor(attempt / 10.0)));
     if (space.IsValid(c) && seen.count(c) == 0) return c;
   }
   return RandomUnseen(space, rng, seen);

@@ -367,10 +367,10 @@ absl::StatusOr<v1::Job> Scheduler::CancelElsewhere(const std::string& id) {
 void Scheduler::FollowElsewhere(const std::string& id, std::int64_t replayed_up_to,
                                 std::shared_ptr<EventSink> sink) {
   auto f = std::make_shared<Follower>();
-  f->sink = sink;
+  f->sink = std::move(sink);
   std::lock_guard<std::mutex> lock(fleet_mu_);
   if (fleet_stop_) {
-    sink->Deliver(StateEvent(id, v1::QUEUED), /*last=*/true);
+    f->sink->Deliver(StateEvent(id, v1::QUEUED), /*last=*/true);
     return;
   }
   f->thread = std::thread([this, f, id, replayed_up_to] {

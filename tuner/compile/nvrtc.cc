@@ -183,6 +183,7 @@ v1::CompileResult Nvrtc::CompileOnce(const v1::CompileRequest& request, bool min
   options.push_back(StrCat("--gpu-architecture=", request.architecture()));
   if (minimal) options.push_back("-minimal");
   std::vector<const char*> argv;
+  argv.reserve(options.size());
   for (const std::string& o : options) argv.push_back(o.c_str());
   const nvrtcResult compiled =
       api_->CompileProgram(raw, static_cast<int>(argv.size()), argv.data());

@@ -9,7 +9,7 @@ namespace ktune {
 namespace {
 
 constexpr std::size_t kCanaryBytes = std::size_t{16} << 20;  // read, and as much written
-constexpr int kRuns = 16;
+constexpr std::size_t kRuns = 16;
 // Each way through the host link: the link canary (within kCanaryBytes).
 constexpr std::size_t kLinkCanaryBytes = std::size_t{4} << 20;
 
@@ -21,7 +21,7 @@ absl::Status Canary::Init() {
       gpu_.api.cuMemsetD32Async(memory_.get(), 0x3fc00000u, kCanaryBytes / 4, gpu_.stream.get()),
       "cuMemsetD32Async"));
   events_.clear();
-  for (int i = 0; i < 2 * kRuns; ++i) {
+  for (std::size_t i = 0; i < 2 * kRuns; ++i) {
     KTUNE_ASSIGN_OR_RETURN(cuda::Event ev, cuda::CreateEvent(gpu_.api));
     events_.push_back(std::move(ev));
   }
@@ -34,7 +34,7 @@ absl::StatusOr<double> Canary::TimeMedian(const std::function<CUresult(CUstream)
   CUstream s = gpu_.stream.get();
   // One untimed run, then the timed ones, each between its own events.
   KTUNE_RETURN_IF_ERROR(gpu_.Check(work(s), what));
-  for (int i = 0; i < kRuns; ++i) {
+  for (std::size_t i = 0; i < kRuns; ++i) {
     KTUNE_RETURN_IF_ERROR(gpu_.Check(api.cuEventRecord(events_[2 * i].get(), s), "cuEventRecord"));
     KTUNE_RETURN_IF_ERROR(gpu_.Check(work(s), what));
     KTUNE_RETURN_IF_ERROR(
@@ -42,11 +42,12 @@ absl::StatusOr<double> Canary::TimeMedian(const std::function<CUresult(CUstream)
   }
   KTUNE_RETURN_IF_ERROR(gpu_.Check(api.cuStreamSynchronize(s), "cuStreamSynchronize"));
   std::vector<double> times;
-  for (int i = 0; i < kRuns; ++i) {
+  times.reserve(kRuns);
+  for (std::size_t i = 0; i < kRuns; ++i) {
     float ms = 0;
-    KTUNE_RETURN_IF_ERROR(gpu_.Check(
-        api.cuEventElapsedTime(&ms, events_[2 * i].get(), events_[2 * i + 1].get()),
-        "cuEventElapsedTime"));
+    KTUNE_RETURN_IF_ERROR(
+        gpu_.Check(api.cuEventElapsedTime(&ms, events_[2 * i].get(), events_[2 * i + 1].get()),
+                   "cuEventElapsedTime"));
     times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
@@ -60,7 +61,8 @@ absl::StatusOr<double> Canary::KernelMs() {
   const auto blocks = static_cast<unsigned>(4 * gpu_.multiprocessors);
   return TimeMedian(
       [&](CUstream s) {
-        return gpu_.api.cuLaunchKernel(helpers_.canary, blocks, 1, 1, 256, 1, 1, 0, s, args, nullptr);
+        return gpu_.api.cuLaunchKernel(helpers_.canary, blocks, 1, 1, 256, 1, 1, 0, s, args,
+                                       nullptr);
       },
       "cuLaunchKernel(canary)");
 }

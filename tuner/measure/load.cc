@@ -136,7 +136,8 @@ absl::Status LoadRunner::CalibrateCopy(const v1::WorkerLoad& load) {
 absl::Status LoadRunner::CalibrateFma() {
   // The FMA kernel on its SMs for 10 ms.
   if (sink_.get() == 0) {
-    absl::StatusOr<cuda::DeviceMemory> m = cuda::DeviceMemory::Allocate(api_, 4 * kFmaThreads);
+    absl::StatusOr<cuda::DeviceMemory> m =
+        cuda::DeviceMemory::Allocate(api_, std::size_t{4} * kFmaThreads);
     if (!m.ok()) return m.status();
     sink_ = *std::move(m);
   }

@@ -34,8 +34,8 @@ absl::Status Verifier::EnqueueChecks(CUstream s, bool compare) {
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const ArgumentBuffer& b = buffers[i];
     unsigned char* at = h + 2 * kGuardBytes * i;
-    KTUNE_RETURN_IF_ERROR(Check(gpu_.api.cuMemcpyDtoHAsync(at, b.memory.get(), kGuardBytes, s),
-                                "cuMemcpyDtoHAsync"));
+    KTUNE_RETURN_IF_ERROR(
+        Check(gpu_.api.cuMemcpyDtoHAsync(at, b.memory.get(), kGuardBytes, s), "cuMemcpyDtoHAsync"));
     KTUNE_RETURN_IF_ERROR(
         Check(gpu_.api.cuMemcpyDtoHAsync(at + kGuardBytes, b.data + b.bytes, kGuardBytes, s),
               "cuMemcpyDtoHAsync"));
@@ -90,7 +90,8 @@ absl::StatusOr<std::string> Verifier::CompareMessage(CUstream s) {
   for (int index : setup_.verified()) {
     const ArgumentBuffer& b = buffers[static_cast<std::size_t>(index)];
     if (!b.has_reference) continue;
-    const unsigned long long bad = results[2 * index], first = results[2 * index + 1];
+    const auto at = 2 * static_cast<std::size_t>(index);
+    const unsigned long long bad = results[at], first = results[at + 1];
     if (bad == 0) continue;
     // The first differing element, for the message.
     const std::size_t eb = ElementBytes(b.spec.type());

@@ -55,6 +55,7 @@ std::string UnknownField(const std::string& path, const std::string& name,
     return StrCat(out, "; did you mean ", *near, "?");
   }
   std::vector<std::string> fields;
+  fields.reserve(static_cast<std::size_t>(type.field_count()));
   for (int i = 0; i < type.field_count(); ++i) fields.push_back(type.field(i)->json_name());
   return StrCat(out, " (its fields: ", StrJoin(fields, ", "), ")");
 }
