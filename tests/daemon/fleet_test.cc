@@ -324,7 +324,7 @@ int Health(const std::string& address) {
   grpc::ByteBuffer request(&empty, 1), response;
   std::promise<grpc::Status> done;
   stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) { done.set_value(s); });
+                 [&](const grpc::Status& s) { done.set_value(s); });
   if (!done.get_future().get().ok()) return -1;
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return -1;

@@ -123,7 +123,7 @@ TEST(EvaluateTest, RandomSearchScoresAboutZeroAndTheOracleOne) {
   EXPECT_NEAR(random->long_score, 0.0, 0.05);
 
   options.repeats = 1;
-  auto scripted = [&](std::vector<Config> order) {
+  auto scripted = [&](const std::vector<Config>& order) {
     return EvaluateStrategy(
         rs, "scripted",
         [order](const Space&, std::uint64_t) -> absl::StatusOr<std::unique_ptr<Strategy>> {
@@ -226,7 +226,7 @@ TEST(EvaluateTest, ThreadsScoreExactlyAsOne) {
 TEST(EvaluateTest, ManyTasksOnOneQueueScoreAsEachAlone) {
   const RecordedSpace small = SmallRecording();
   const RecordedSpace costly = SmallRecording(/*cost_ms=*/20);
-  auto named = [](std::string name) -> StrategyFactory {
+  auto named = [](const std::string& name) -> StrategyFactory {
     return [name](const Space& space, std::uint64_t seed) {
       StrategyOptions so;
       so.seed = seed;
@@ -271,7 +271,7 @@ TEST(EvaluateTest, ManyTasksOnOneQueueScoreAsEachAlone) {
   };
   order.clear();
   const absl::Status failed =
-      EvaluateMany(tasks, 4, [&](std::size_t i, StrategyScore) { order.push_back(i); });
+      EvaluateMany(tasks, 4, [&](std::size_t i, const StrategyScore&) { order.push_back(i); });
   EXPECT_EQ(failed.message(), "no strategy for seed 5");
   EXPECT_EQ(order, std::vector<std::size_t>({0, 1, 2}));
 }

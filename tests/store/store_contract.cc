@@ -68,7 +68,6 @@ StoredMeasurement StoreContractTest::Ok(std::int64_t seq, const std::string& key
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 // A headless job's store: always a SQLite file.
 std::unique_ptr<Store> OpenSqlite(const std::string& path) {
