@@ -116,7 +116,7 @@ TEST_F(CliTest, SharedCachesReplayToTheirRecordedOptimum) {
   for (const std::string& f : files) {
     auto it = expected.find(f);
     ASSERT_NE(it, expected.end()) << "no published optimum for " << f;
-    const std::string device = "sim:" + dir + "/" + f;
+    const std::string device = StrCat("sim:", dir, "/", f);
     const Json j = RunJson({"tune", "--local", "--device", device, "--strategy", "brute_force",
                             "--db", Db(), "--json"});
     ASSERT_TRUE(j.is_object()) << f;

@@ -29,7 +29,9 @@
 // (use_tls=0) reports NVRTC's allocations held there as leaks, so under
 // AddressSanitizer this program's leak check is off; its memory checks
 // stay.
+// NOLINTNEXTLINE(bugprone-reserved-identifier): the name AddressSanitizer looks up.
 extern "C" const char* __asan_default_options();
+// NOLINTNEXTLINE(bugprone-reserved-identifier)
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 
 namespace ktune {

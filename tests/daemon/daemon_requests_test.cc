@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ktune/v1/tuner.grpc.pb.h"
@@ -182,7 +183,7 @@ TEST_F(DaemonTest, MalformedRequestsGetClearErrors) {
     generic.UnaryCall(&ctx, "/ktune.v1.Tuner/GetBest", grpc::StubOptions(), &request, &response,
                       [&](grpc::Status s) {
                         std::lock_guard<std::mutex> lock(mu);
-                        status = s;
+                        status = std::move(s);
                         done = true;
                         cv.notify_all();
                       });

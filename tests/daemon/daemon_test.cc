@@ -140,6 +140,7 @@ TEST_F(DaemonTest, ConcurrentClientsSubmitWatchAndQuery) {
   std::atomic<bool> done{false};
   std::vector<std::string> ids(kSubmitters);
   std::vector<std::thread> threads;
+  threads.reserve(kSubmitters);
   for (int i = 0; i < kSubmitters; ++i) {
     threads.emplace_back([&, i] {
       v1::JobSpec spec = Budget(30, 100 + i, i % 2 == 0 ? "random" : "genetic");
@@ -197,6 +198,7 @@ TEST_F(DaemonTest, EveryWatchEndsEvenAsTheJobEnds) {
     v1::SubmitJobResponse job;
     ASSERT_TRUE(Submit(Budget(8, 500 + round), &job).ok());
     std::vector<std::thread> watchers;
+    watchers.reserve(kWatchers);
     for (int i = 0; i < kWatchers; ++i) {
       watchers.emplace_back([&] {
         for (bool ended = false; !ended;) {

@@ -66,6 +66,7 @@ TEST(SchedulerThreadsTest, SubmitWatchCancelAndQueryFromManyThreads) {
   std::atomic<int> succeeded{0};
   std::atomic<bool> failed{false};
   std::vector<std::thread> clients;
+  clients.reserve(4);
   for (int t = 0; t < 4; ++t) {
     clients.emplace_back([&, t] {
       for (int j = 0; j < 3; ++j) {

@@ -480,16 +480,17 @@ TEST_F(GpuTest, FortyEightKiBOfDynamicSharedMemoryBesideStaticLaunches) {
 // of another size than the kernel's variable is a launch error naming it.
 TEST_F(GpuTest, ConstantArgumentsReachTheKernelOrSayWhyNot) {
   constexpr int kW = 40, kH = 24, kF = 5;
-  std::vector<float> in((kW + kF - 1) * (kH + kF - 1));
+  constexpr std::size_t kInW = kW + kF - 1, kInH = kH + kF - 1;
+  std::vector<float> in(kInW * kInH);
   for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 97);
-  std::vector<float> expected(kW * kH);
-  for (int y = 0; y < kH; ++y) {
-    for (int x = 0; x < kW; ++x) {
+  std::vector<float> expected(std::size_t{kW} * kH);
+  for (std::size_t y = 0; y < kH; ++y) {
+    for (std::size_t x = 0; x < kW; ++x) {
       float sum = 0;
-      for (int j = 0; j < kF; ++j) {
-        for (int i = 0; i < kF; ++i) sum += in[(y + j) * (kW + kF - 1) + x + i] * 0.25f;
+      for (std::size_t j = 0; j < kF; ++j) {
+        for (std::size_t i = 0; i < kF; ++i) sum += in[(y + j) * kInW + x + i] * 0.25f;
       }
-      expected[static_cast<std::size_t>(y * kW + x)] = sum;
+      expected[y * kW + x] = sum;
     }
   }
   const std::string in_file = tmp_.File("in.f32"), out_file = tmp_.File("out.f32");

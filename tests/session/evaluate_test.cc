@@ -73,6 +73,7 @@ std::vector<Config> FastestFirst(const RecordedSpace& rs) {
       entries.begin(), entries.end(),
       [&](const RecordedEntry* x, const RecordedEntry* y) { return time(x) < time(y); });
   std::vector<Config> out;
+  out.reserve(entries.size());
   for (const RecordedEntry* e : entries) out.push_back(e->config);
   return out;
 }

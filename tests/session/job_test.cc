@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -176,7 +177,7 @@ TEST(JobSpecTest, ShippedKernelSpecsResolve) {
     ASSERT_TRUE(job.ok()) << name << ": " << job.status();
     if (std::string(name) == "pipeline") {
       // No arguments, but chunk buffers: bounded by four times the array.
-      EXPECT_EQ(*ArgumentBytes(*job), 4 * 4 * job->problem.at("N"));
+      EXPECT_EQ(*ArgumentBytes(*job), std::int64_t{4} * 4 * job->problem.at("N"));
     }
   }
 }

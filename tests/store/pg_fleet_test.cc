@@ -263,6 +263,7 @@ TEST_F(FleetQueueTest, HeartbeatsAndMeasurementsOfManyJobsNeverDeadlock) {
     }
   });
   std::vector<std::thread> writers;
+  writers.reserve(kJobs);
   for (int j = 0; j < kJobs; ++j) {
     writers.emplace_back([&, j] {
       std::unique_ptr<Store> s = Open();

@@ -198,6 +198,7 @@ TEST_F(StoreTest, ProcessesOpeningOneNewFileTogetherAllSucceed) {
     std::atomic<int> ready{0};
     std::vector<absl::Status> results(kOpeners);
     std::vector<std::thread> threads;
+    threads.reserve(kOpeners);
     for (int i = 0; i < kOpeners; ++i) {
       threads.emplace_back([&, i] {
         ready.fetch_add(1);

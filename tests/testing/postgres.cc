@@ -60,6 +60,7 @@ absl::Status PostgresCluster::RunTool(const std::string& program,
   std::vector<std::string> argv_s = {exe};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(argv_s.size() + 1);
   for (std::string& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = fork();
