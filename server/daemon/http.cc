@@ -92,6 +92,15 @@ std::string CookieValue(const std::string& header, const std::string& name) {
   return "";
 }
 
+// Where a sign-in sends the browser: the page it asked for, as a path of
+// this daemon. Anything else ("//host/...", a backslash, an absolute-form
+// target) would send the new cookie's owner to another site: "/" instead.
+std::string SignInTarget(const std::string& path) {
+  const bool own_path =
+      path.rfind('/', 0) == 0 && path.rfind("//", 0) != 0 && path.find('\\') == std::string::npos;
+  return own_path ? path : "/";
+}
+
 // What the page needs of a job's spec: the kernel's code can be large, and
 // is not shown.
 void StripSource(v1::Job& job) {
@@ -122,7 +131,7 @@ HttpResponse HttpRoutes::Handle(const HttpRequest& request) const {
   if (const std::string t = QueryValue(query, "token"); !t.empty() && !token_.empty()) {
     if (!TokenMatches(t, token_)) return Text(401, "wrong token\n");
     HttpResponse r = Text(303, "");
-    r.headers.emplace_back("Location", path.empty() ? "/" : path);
+    r.headers.emplace_back("Location", SignInTarget(path));
     r.headers.emplace_back("Set-Cookie",
                            StrCat(kCookie, "=", t, "; Path=/; HttpOnly; SameSite=Strict",
                                   request.tls ? "; Secure" : ""));

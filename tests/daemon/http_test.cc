@@ -175,6 +175,11 @@ TEST_F(HttpTest, ATokenGuardsTheEndpoint) {
   EXPECT_EQ(signin.headers.at("location"), "/");
   EXPECT_EQ(signin.headers.at("set-cookie"),
             "ktune_token=web-token; Path=/; HttpOnly; SameSite=Strict");
+  // To the page asked for, never to another site.
+  EXPECT_EQ(Get("/jobs/0123abcd?token=web-token").headers.at("location"), "/jobs/0123abcd");
+  EXPECT_EQ(Get("//elsewhere.example/?token=web-token").headers.at("location"), "/");
+  EXPECT_EQ(Get("/\\elsewhere.example?token=web-token").headers.at("location"), "/");
+  EXPECT_EQ(Get("http://elsewhere.example/?token=web-token").headers.at("location"), "/");
   EXPECT_EQ(Get("/api/jobs", {{"Cookie", "theme=dark; ktune_token=web-token"}}).status, 200);
   EXPECT_EQ(Get("/api/jobs", {{"Cookie", "ktune_token=web"}}).status, 401);
 }
