@@ -25,7 +25,12 @@ absl::StatusOr<std::optional<std::int64_t>> Args::GetInt(const std::string& name
   if (!v) return std::optional<std::int64_t>();
   std::int64_t out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (ec != std::errc() || p != v->data() + v->size()) {
+  const bool whole = p == v->data() + v->size();
+  if (whole && ec == std::errc::result_out_of_range) {
+    return absl::InvalidArgumentError(
+        StrCat("--", name, ": ", *v, " is out of range [", min, ", ", max, "]"));
+  }
+  if (ec != std::errc() || !whole) {
     return absl::InvalidArgumentError(StrCat("--", name, ": '", *v, "' is not an integer"));
   }
   if (out < min || out > max) {
@@ -40,7 +45,12 @@ absl::StatusOr<std::optional<std::uint64_t>> Args::GetUint(const std::string& na
   if (!v) return std::optional<std::uint64_t>();
   std::uint64_t out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (ec != std::errc() || p != v->data() + v->size()) {
+  const bool whole = p == v->data() + v->size();
+  if (whole && ec == std::errc::result_out_of_range) {
+    return absl::InvalidArgumentError(
+        StrCat("--", name, ": ", *v, " is larger than ", std::uint64_t{UINT64_MAX}));
+  }
+  if (ec != std::errc() || !whole) {
     return absl::InvalidArgumentError(
         StrCat("--", name, ": '", *v, "' is not a non-negative integer"));
   }
@@ -52,11 +62,15 @@ absl::StatusOr<std::optional<double>> Args::GetDouble(const std::string& name, d
   if (!v) return std::optional<double>();
   double out = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), out);
-  if (ec != std::errc() || p != v->data() + v->size() || !std::isfinite(out)) {
+  const bool whole = p == v->data() + v->size();
+  if (whole && ec == std::errc::result_out_of_range) {
+    return absl::InvalidArgumentError(StrCat("--", name, ": ", *v, " is out of range"));
+  }
+  if (ec != std::errc() || !whole || !std::isfinite(out)) {
     return absl::InvalidArgumentError(StrCat("--", name, ": '", *v, "' is not a number"));
   }
   if (out < min) {
-    return absl::InvalidArgumentError(StrCat("--", name, ": must be at least ", min));
+    return absl::InvalidArgumentError(StrCat("--", name, ": ", *v, " is below ", min));
   }
   return std::optional<double>(out);
 }
