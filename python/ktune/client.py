@@ -43,6 +43,18 @@ def _job(j: results_pb2.Job) -> Job:
                message=j.message, client=j.client, best=best)
 
 
+def _check_address(address: str) -> None:
+    """As the C++ client: gRPC takes a port above 65535 modulo 65536 and
+    would call another port, so such an address is refused here."""
+    if not address:
+        raise KtuneError("empty address")
+    if address.startswith(("unix:", "unix-abstract:")):
+        return
+    port = address.rpartition(":")[2] if ":" in address else ""
+    if port.isascii() and port.isdigit() and not 1 <= int(port) <= 65535:
+        raise KtuneError(f"{address}: port {port} is not a port; give one in [1, 65535]")
+
+
 def _load_spec(spec: Union[str, dict, job_pb2.JobSpec]) -> job_pb2.JobSpec:
     """A job file (path), its JSON text or dict, or the message itself; a
     file's kernel sources go inline (the daemon reads no client paths)."""
@@ -73,6 +85,7 @@ class Daemon:
     def __init__(self, address: str, token_file: Optional[str] = None,
                  tls_ca: Optional[str] = None, timeout: float = 30.0,
                  client: Optional[str] = None):
+        _check_address(address)
         self.address = address
         self.timeout = timeout
         self.client = client or f"{getpass.getuser()}@{socket.gethostname()}"

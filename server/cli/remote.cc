@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "server/cli/progress_line.h"
+#include "server/common/address.h"
 #include "server/common/convert.h"
 #include "tuner/base/file.h"
 #include "tuner/base/json.h"
@@ -38,7 +39,9 @@ const char* CodeName(grpc::StatusCode code) {
 absl::StatusOr<Connection> Connect(const Args& args) {
   Connection c;
   c.address = *args.Get("server");
-  if (c.address.empty()) return absl::InvalidArgumentError("--server: empty address");
+  if (absl::Status s = CheckServerAddress(c.address); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat("--server: ", s.message()));
+  }
   absl::StatusOr<std::optional<double>> timeout = args.GetDouble("timeout", 0.001);
   if (!timeout.ok()) return timeout.status();
   if (*timeout) c.timeout_s = **timeout;

@@ -9,6 +9,7 @@
 
 #include <google/protobuf/util/json_util.h>
 #include "ktune/v1/tuner.grpc.pb.h"
+#include "server/common/address.h"
 #include "tuner/base/file.h"
 #include "tuner/base/json.h"
 #include "tuner/base/strings.h"
@@ -164,6 +165,7 @@ std::unique_ptr<BestConfigs> BestConfigs::Connect(const std::string& address,
     if (error != nullptr) *error = message;
     return nullptr;
   };
+  if (absl::Status s = CheckServerAddress(address); !s.ok()) return fail(std::string(s.message()));
   std::string token;
   if (!options.token_file.empty()) {
     absl::StatusOr<std::string> t = ReadFileContents(options.token_file);

@@ -563,6 +563,8 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "a.json", "b.json"}, "unexpected argument 'b.json'"},
       {{"best"}, "--kernel NAME is required"},
       {{"best", "--kernel", "k", "--problem", "N"}, "--problem: 'N' is not name=value"},
+      {{"jobs", "--server", "127.0.0.1:99999"},
+       "--server: 127.0.0.1:99999: port 99999 is not a port; give one in [1, 65535]"},
       {{"show"}, "give a JOB id"},
       {{"show", "nosuchjob"}, "JOB: no job nosuchjob"},
       {{"frobnicate"}, "unknown command 'frobnicate'"},

@@ -102,6 +102,9 @@ class DaemonTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             self.k.tune({"kernel": {"name": "k"}, "parameterz": []})
         self.assertIn("parameterz", str(e.exception))
+        with self.assertRaises(ktune.KtuneError) as e:
+            ktune.connect("127.0.0.1:99999")
+        self.assertIn("port 99999 is not a port", str(e.exception))
 
     def test_e_the_store_answers_without_a_daemon(self):
         self.k.tune(SPEC, wait=True)
