@@ -4,11 +4,14 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include "server/daemon/token.h"
@@ -281,12 +284,16 @@ http::response<http::string_body> ResponseOf(HttpResponse r, unsigned version, b
 }
 
 // One connection: requests in, answers out, until the client closes or
-// idles for 30 s. `Stream` is a beast::tcp_stream or its TLS wrapper.
+// idles for 30 s; `on_end` runs as it is destroyed. `Stream` is a
+// beast::tcp_stream or its TLS wrapper.
 template <typename Stream>
 class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
  public:
-  HttpSession(Stream stream, const HttpRoutes& routes, bool tls)
-      : stream_(std::move(stream)), routes_(routes), tls_(tls) {}
+  HttpSession(Stream stream, const HttpRoutes& routes, bool tls, std::function<void()> on_end)
+      : stream_(std::move(stream)), routes_(routes), tls_(tls), on_end_(std::move(on_end)) {}
+  ~HttpSession() { on_end_(); }
+  HttpSession(const HttpSession&) = delete;
+  HttpSession& operator=(const HttpSession&) = delete;
 
   void Start() {
     if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
@@ -334,6 +341,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
   Stream stream_;
   const HttpRoutes& routes_;
   const bool tls_;
+  std::function<void()> on_end_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> response_;
@@ -368,30 +376,72 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitAddress(const std::stri
 absl::Status CheckHttpAddress(const std::string& address) { return SplitAddress(address).status(); }
 
 struct HttpServer::Impl {
-  Impl(Scheduler& scheduler, DaemonMetrics& metrics, const HttpOptions& o)
-      : routes(scheduler, metrics, o.token), acceptor(io), ssl(asio::ssl::context::tls_server) {}
+  Impl(Scheduler& scheduler, DaemonMetrics& daemon_metrics, const HttpOptions& o)
+      : routes(scheduler, daemon_metrics, o.token),
+        metrics(daemon_metrics),
+        max_connections(std::max(1, o.max_connections)),
+        acceptor(io),
+        retry(io),
+        ssl(asio::ssl::context::tls_server) {}
 
+  // One accept is pending at a time: the next is asked for when a
+  // connection is taken, unless that reaches the limit, then when one ends.
   void Accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
       if (ec) {
-        if (ec != asio::error::operation_aborted) Accept();
+        // Out of descriptors (EMFILE), say: asking again at once would spin.
+        retry.expires_after(std::chrono::milliseconds(100));
+        retry.async_wait([this](beast::error_code wec) {
+          if (!wec) Accept();
+        });
         return;
       }
+      bool more = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        more = ++open < max_connections;
+        paused = !more;
+      }
+      metrics.HttpConnectionOpened();
+      if (!more) metrics.HttpConnectionLimitReached();
       beast::tcp_stream stream(std::move(s));
+      auto on_end = [this] { Ended(); };
       if (tls) {
         std::make_shared<HttpSession<beast::ssl_stream<beast::tcp_stream>>>(
-            beast::ssl_stream<beast::tcp_stream>(std::move(stream), ssl), routes, true)
+            beast::ssl_stream<beast::tcp_stream>(std::move(stream), ssl), routes, true, on_end)
             ->Start();
       } else {
-        std::make_shared<HttpSession<beast::tcp_stream>>(std::move(stream), routes, false)->Start();
+        std::make_shared<HttpSession<beast::tcp_stream>>(std::move(stream), routes, false, on_end)
+            ->Start();
       }
-      Accept();
+      if (more) Accept();
     });
   }
 
+  void Ended() {
+    metrics.HttpConnectionClosed();
+    bool resume = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      --open;
+      resume = paused && !stopping;
+      if (resume) paused = false;
+    }
+    if (resume) Accept();
+  }
+
   HttpRoutes routes;
+  DaemonMetrics& metrics;
+  const int max_connections;
+  // Declared before io: sessions end (and count here) as io is destroyed.
+  std::mutex mu;
+  int open = 0;         // guarded by mu
+  bool paused = false;  // guarded by mu: the limit reached, no accept pending
+  bool stopping = false;
   asio::io_context io;
   tcp::acceptor acceptor;
+  asio::steady_timer retry;
   asio::ssl::context ssl;
   bool tls = false;
   std::vector<std::thread> threads;
@@ -400,6 +450,10 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
   impl_->io.stop();
   for (std::thread& t : impl_->threads) t.join();
 }

@@ -28,6 +28,9 @@ struct HttpOptions {
   std::string tls_cert;
   std::string tls_key;
   int threads = 2;
+  // Connections served at once; more wait in the listen queue until one
+  // closes, so that clients cannot take the descriptors the jobs need.
+  int max_connections = 256;
 };
 
 // One request, as the routes see it (independent of the transport).

@@ -67,6 +67,8 @@ const CommandSpec kDaemonCommand{
       "serve the dashboard and Prometheus metrics at http://ADDR/ (host:port; off loopback "
       "the TLS and token rules of --listen apply; default: none)"},
      {"http-port-file", "PATH", "once the dashboard listens, write its host:port to PATH"},
+     {"http-max-connections", "N",
+      "connections the dashboard serves at once; more wait until one closes (default 256)"},
      {"db", "STORE",
       "a SQLite file, or a fleet's PostgreSQL: postgresql://USER@HOST/DB (password from "
       "PGPASSWORD or ~/.pgpass, never the command line; default: $KTUNE_DB, else ./ktune.db)"},
@@ -137,7 +139,8 @@ struct Security {
   std::string listen;
   std::string token;
   std::shared_ptr<grpc::ServerCredentials> credentials;
-  std::string http;               // --http: empty, none
+  std::string http;  // --http: empty, none
+  int http_max_connections = 256;
   std::string tls_cert, tls_key;  // PEM, when TLS
 };
 
@@ -164,6 +167,9 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   }
   sec.http = args.Get("http").value_or("");
   if (!sec.http.empty()) KTUNE_RETURN_IF_ERROR(CheckHttpAddress(sec.http));
+  KTUNE_ASSIGN_OR_RETURN(const std::optional<std::int64_t> http_max,
+                         args.GetInt("http-max-connections", 1, 65536));
+  if (http_max) sec.http_max_connections = static_cast<int>(*http_max);
   if (!sec.http.empty() && !IsLoopback(sec.http) && !(tls && !sec.token.empty()) &&
       !args.Has("insecure")) {
     return absl::InvalidArgumentError(
@@ -367,6 +373,7 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
     ho.token = sec.token;
     ho.tls_cert = sec.tls_cert;
     ho.tls_key = sec.tls_key;
+    ho.max_connections = sec.http_max_connections;
     absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(ho, scheduler, metrics);
     if (!started.ok()) {
       std::cerr << "ktuned: " << started.status().message() << "\n";

@@ -102,7 +102,18 @@ DaemonMetrics::DaemonMetrics(const BuildInfo& build)
                         .Name("ktune_getbest_duration_seconds")
                         .Help("GetBest calls' time from arrival to answer")
                         .Register(*registry_)
-                        .Add({}, BestBuckets())) {
+                        .Add({}, BestBuckets())),
+      http_connections_(BuildGauge()
+                            .Name("ktune_http_connections")
+                            .Help("Connections open to the HTTP endpoint (this one included)")
+                            .Register(*registry_)
+                            .Add({})),
+      http_limit_reached_(BuildCounter()
+                              .Name("ktune_http_connection_limit_reached_total")
+                              .Help("Times the HTTP endpoint held --http-max-connections and "
+                                    "left new connections waiting until one closed")
+                              .Register(*registry_)
+                              .Add({})) {
   build_info_
       .Add({{"version", build.version}, {"cuda_driver", build.cuda_driver}, {"nvrtc", build.nvrtc}})
       .Set(1);
@@ -117,6 +128,12 @@ void DaemonMetrics::GetBestServed(BestAnswer answer, std::chrono::steady_clock::
   best_by_answer_[static_cast<int>(answer)]->Increment();
   best_seconds_.Observe(std::chrono::duration<double>(took).count());
 }
+
+void DaemonMetrics::HttpConnectionOpened() { http_connections_.Increment(); }
+
+void DaemonMetrics::HttpConnectionClosed() { http_connections_.Decrement(); }
+
+void DaemonMetrics::HttpConnectionLimitReached() { http_limit_reached_.Increment(); }
 
 void DaemonMetrics::CountTo(prometheus::Family<prometheus::Counter>& family,
                             const prometheus::Labels& labels, double total) {

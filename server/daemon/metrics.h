@@ -1,11 +1,12 @@
 // The daemon's Prometheus metrics (served at /metrics by the HTTP
 // endpoint, server/daemon/http.h): jobs by state, queue depth and busy time
 // per device, evaluations by status, worker restarts, the compile pool,
-// the canary under load, GetBest requests and their latency, the store's
-// size and what the daemon was built with. Names and labels follow
-// Prometheus's conventions: base units (seconds, bytes), counters end in
-// _total, one `device` label per device (its locator, as --device gave
-// it). Built on prometheus-cpp's registry and text serialiser.
+// the canary under load, GetBest requests and their latency, the HTTP
+// endpoint's connections, the store's size and what the daemon was built
+// with. Names and labels follow Prometheus's conventions: base units
+// (seconds, bytes), counters end in _total, one `device` label per device
+// (its locator, as --device gave it). Built on prometheus-cpp's registry
+// and text serialiser.
 //
 // Thread-safe.
 #ifndef KTUNE_SERVER_DAEMON_METRICS_H_
@@ -44,6 +45,12 @@ class DaemonMetrics {
   enum class BestAnswer { kMemory, kStore, kError };
   void GetBestServed(BestAnswer answer, std::chrono::steady_clock::duration took);
 
+  // The HTTP endpoint's connections: one opened, one closed, and the
+  // endpoint holding its limit (new connections wait until one closes).
+  void HttpConnectionOpened();
+  void HttpConnectionClosed();
+  void HttpConnectionLimitReached();
+
   // The text exposition format of every metric, with the gauges and
   // totals of `activity` (read just before).
   std::string Render(const SchedulerActivity& activity);
@@ -76,6 +83,8 @@ class DaemonMetrics {
   prometheus::Family<prometheus::Gauge>& store_bytes_;
   prometheus::Family<prometheus::Counter>& best_requests_;
   prometheus::Histogram& best_seconds_;
+  prometheus::Gauge& http_connections_;
+  prometheus::Counter& http_limit_reached_;
   prometheus::Counter* best_by_answer_[3];
 };
 

@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <string>
 #include <vector>
@@ -87,6 +91,8 @@ TEST_F(HttpTest, MetricsFollowTheDaemonAndPassPromtool) {
   EXPECT_EQ(Value(m.body, "ktune_getbest_duration_seconds_count"), 2);
   EXPECT_EQ(Value(m.body, "ktune_getbest_duration_seconds_bucket{le=\"+Inf\"}"), 2);
   EXPECT_GT(Value(m.body, "ktune_store_size_bytes"), 0);
+  EXPECT_EQ(Value(m.body, "ktune_http_connections"), 1);  // the scrape's own
+  EXPECT_EQ(Value(m.body, "ktune_http_connection_limit_reached_total"), 0);
   EXPECT_THAT(m.body, HasSubstr("ktune_build_info{cuda_driver=\"\",nvrtc=\""));
   EXPECT_THAT(m.body, HasSubstr(",version=\"0.1.0\"} 1"));
 
@@ -157,6 +163,37 @@ TEST_F(HttpTest, TheDashboardsApiAndPagesAnswer) {
   EXPECT_EQ(HttpFetch(http_, "/metrics", {}, false, "POST").status, 405);
   const HttpAnswer head = HttpFetch(http_, "/metrics", {}, false, "HEAD");
   EXPECT_EQ(head.status, 200) << head.error;
+}
+
+TEST_F(HttpTest, ConnectionsBeyondTheLimitWaitForOneToClose) {
+  ASSERT_TRUE(StartWithHttp({"--device", kConv, "--http-max-connections", "3"}));
+  namespace asio = boost::asio;
+  asio::io_context io;
+  const std::size_t colon = http_.rfind(':');
+  const auto at =
+      asio::ip::tcp::resolver(io).resolve(http_.substr(0, colon), http_.substr(colon + 1));
+  // Three idle connections hold the limit; the kernel queues the next
+  // ones in arrival order, so a fourth is taken only when one of the
+  // three closes.
+  std::vector<asio::ip::tcp::socket> held;
+  for (int i = 0; i < 3; ++i) {
+    held.emplace_back(io);
+    asio::connect(held.back(), at);
+  }
+  std::future<HttpAnswer> fourth = std::async(std::launch::async, [&] { return Get("/healthz"); });
+  EXPECT_EQ(fourth.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+      << "answered while the limit was held";
+  held[0].close();
+  const HttpAnswer answered = fourth.get();
+  EXPECT_EQ(answered.status, 200) << answered.error;
+  // Taken as the fourth ended: the two held, and the scrape.
+  const HttpAnswer m = Get("/metrics");
+  EXPECT_EQ(Value(m.body, "ktune_http_connections"), 3);
+  EXPECT_EQ(Value(m.body, "ktune_http_connection_limit_reached_total"), 3);
+  std::string failure;
+  EXPECT_FALSE(StartDaemon(
+      {"--device", kConv, "--http", "127.0.0.1:0", "--http-max-connections", "0"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("--http-max-connections: 0 is out of range [1, 65536]"));
 }
 
 TEST_F(HttpTest, ATokenGuardsTheEndpoint) {
