@@ -245,6 +245,31 @@ problem { key: "" value: 0 }"""))
     write("rpc", "cancel", b"\x04" + encode("ktune.v1.CancelJobRequest", 'job_id: "1"'))
 
 
+def http_requests():
+    # Method, target, Authorization, Cookie, one per line; a fifth line
+    # makes the request one over TLS. "{job}" is the id of the job the
+    # harness ran. The routes' token is "fuzz-token".
+    bearer = "Bearer fuzz-token"
+    for name, lines in {
+        "metrics": ["GET", "/metrics", bearer, ""],
+        "jobs": ["GET", "/api/jobs", "", "ktune_token=fuzz-token"],
+        "job": ["GET", "/api/jobs/{job}", bearer, ""],
+        "job_from": ["GET", "/api/jobs/{job}?from=2&x=1", bearer, ""],
+        "job_from_huge": ["GET", "/api/jobs/{job}?from=999999999999", bearer, ""],
+        "job_from_junk": ["GET", "/api/jobs/{job}?from=-1%00", bearer, ""],
+        "job_absent": ["GET", "/api/jobs/../../etc/passwd", bearer, ""],
+        "devices": ["HEAD", "/api/devices", bearer, ""],
+        "page": ["GET", "/jobs/{job}", "", "a=b; ktune_token=fuzz-token; c"],
+        "sign_in": ["GET", "/jobs/{job}?token=fuzz-token", "", "", "tls"],
+        "sign_in_elsewhere": ["GET", "//elsewhere.example/?token=fuzz-token", "", ""],
+        "wrong_token": ["GET", "/?token=fuzz-tokem", "Bearer", "ktune_token="],
+        "post": ["POST", "/metrics", bearer, ""],
+        "asset": ["GET", "/static/chart.js", bearer, ""],
+        "nul": ["GET\0", "/api/jobs/\0", "Bearer fuzz-token\0", "ktune_token=\0"],
+    }.items():
+        write("http", name, "\n".join(lines))
+
+
 def main():
     expressions()
     job_specs()
@@ -252,6 +277,7 @@ def main():
     merge_sources()
     worker_replies()
     rpc_requests()
+    http_requests()
     return 0
 
 
