@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "server/common/address.h"
 #include "server/daemon/token.h"
 #include "server/web/assets.h"
 #include "tuner/base/json.h"
@@ -358,10 +359,7 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitAddress(const std::stri
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return wrong();
   std::string host = address.substr(0, colon);
   const std::string port = address.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(port) > 65535) {
-    return wrong();
-  }
+  if (port.size() > 5 || !PortNumber(port)) return wrong();
   if (host.front() == '[') {
     if (host.size() < 3 || host.back() != ']') return wrong();
     host = host.substr(1, host.size() - 2);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "server/common/address.h"
 #include "tuner/base/strings.h"
 
 namespace ktune::daemon {
@@ -81,15 +82,7 @@ absl::Status CheckListenAddress(const std::string& address) {
   if (!Split(address, &hp) || hp.host.empty()) {
     return absl::InvalidArgumentError(StrCat("--listen ", address, ": not an address; ", kForms));
   }
-  int port = 0;
-  for (const char c : hp.port) {
-    if (c < '0' || c > '9' || port > 65535) {
-      port = -1;
-      break;
-    }
-    port = port * 10 + (c - '0');
-  }
-  if (hp.port.empty() || port < 0 || port > 65535) {
+  if (!PortNumber(hp.port)) {
     return absl::InvalidArgumentError(
         StrCat("--listen ", address, ": the port must be a number in [0, 65535]; ", kForms));
   }

@@ -8,6 +8,16 @@ namespace {
 
 using ::testing::HasSubstr;
 
+TEST(ServerAddressTest, APortIsADecimalNumberUpTo65535) {
+  EXPECT_EQ(PortNumber("0"), 0);
+  EXPECT_EQ(PortNumber("7070"), 7070);
+  EXPECT_EQ(PortNumber("0007070"), 7070);
+  EXPECT_EQ(PortNumber("65535"), 65535);
+  for (const char* bad : {"", "65536", "99999999999999999999", "-1", "+1", "70 ", "7a", "0x10"}) {
+    EXPECT_EQ(PortNumber(bad), std::nullopt) << bad;
+  }
+}
+
 TEST(ServerAddressTest, TakesWhatGrpcDials) {
   for (const char* ok : {"localhost:7070", "127.0.0.1:1", "gpu7.example:65535", "[::1]:7070",
                          "dns:///gpu7:7070", "ipv4:10.0.0.1:7070", "unix:/run/ktune.sock",
