@@ -167,6 +167,12 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   }
   sec.http = args.Get("http").value_or("");
   if (!sec.http.empty()) KTUNE_RETURN_IF_ERROR(CheckHttpAddress(sec.http));
+  for (const char* flag : {"http-port-file", "http-max-connections"}) {
+    if (sec.http.empty() && args.Has(flag)) {
+      return absl::InvalidArgumentError(
+          StrCat("--", flag, " is for the dashboard, which is off: add --http ADDR"));
+    }
+  }
   KTUNE_ASSIGN_OR_RETURN(const std::optional<std::int64_t> http_max,
                          args.GetInt("http-max-connections", 1, 65536));
   if (http_max) sec.http_max_connections = static_cast<int>(*http_max);

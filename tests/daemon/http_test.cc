@@ -194,6 +194,11 @@ TEST_F(HttpTest, ConnectionsBeyondTheLimitWaitForOneToClose) {
   EXPECT_FALSE(StartDaemon(
       {"--device", kConv, "--http", "127.0.0.1:0", "--http-max-connections", "0"}, &failure));
   EXPECT_THAT(failure, HasSubstr("--http-max-connections: 0 is out of range [1, 65536]"));
+  // Without --http there is no dashboard to limit: said, not ignored.
+  EXPECT_FALSE(StartDaemon({"--device", kConv, "--http-max-connections", "8"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("--http-max-connections is for the dashboard, which is off"));
+  EXPECT_FALSE(StartDaemon({"--device", kConv, "--http-port-file", File("none")}, &failure));
+  EXPECT_THAT(failure, HasSubstr("--http-port-file is for the dashboard, which is off"));
 }
 
 TEST_F(HttpTest, ATokenGuardsTheEndpoint) {
