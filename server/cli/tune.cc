@@ -165,6 +165,13 @@ absl::StatusOr<std::unique_ptr<Device>> DeviceFromArgs(const Args& args, v1::Job
       return s;
     }
   }
+  if (speed->has_value() && locator.rfind("sim:", 0) != 0) {
+    const absl::Status s = absl::InvalidArgumentError(
+        StrCat("--sim-speed sets how fast a recorded space replays; --device ", locator,
+               " is not one (sim:FILE)"));
+    *failure = InvalidInput(s);
+    return s;
+  }
   options.sim_speed = speed->value_or(0);
   options.compile_workers = static_cast<int>(workers->value_or(0));
   absl::StatusOr<std::unique_ptr<Device>> opened = OpenDevice(locator, options);

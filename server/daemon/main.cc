@@ -267,6 +267,11 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
     return absl::InvalidArgumentError(
         StrCat("--lease-seconds: ", lease, " is too short (at least 0.3)"));
   }
+  if (args.Has("lease-seconds") && !pg::IsUri(so.db_path)) {
+    return absl::InvalidArgumentError(
+        StrCat("--lease-seconds is for a fleet's daemon (--db postgresql://...); ", so.db_path,
+               " is a SQLite file, whose jobs only this daemon runs"));
+  }
   so.lease = std::chrono::milliseconds(static_cast<std::int64_t>(lease * 1000));
   so.limits.max_running = static_cast<int>(running);
   so.limits.max_queued = static_cast<int>(queued);
@@ -277,6 +282,12 @@ absl::StatusOr<SchedulerOptions> SchedulerOptionsFromArgs(const Args& args, int*
   so.limits.max_request_bytes = request_mib << 20;
   so.device_options.compile_workers = static_cast<int>(workers);
   *rpc_threads = static_cast<int>(threads);
+  if (args.Has("sim-speed") &&
+      std::none_of(so.devices.begin(), so.devices.end(),
+                   [](const std::string& d) { return d.rfind("sim:", 0) == 0; })) {
+    return absl::InvalidArgumentError(
+        "--sim-speed sets how fast recorded spaces replay, and no --device sim:FILE is served");
+  }
   if (so.devices.empty()) {
 #ifdef KTUNE_HAVE_CUDA
     absl::StatusOr<std::vector<v1::WorkerDeviceInfo>> gpus =

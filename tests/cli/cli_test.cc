@@ -559,6 +559,8 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "--frobnicate"}, "unknown flag --frobnicate"},
       {{"tune", "--local", "--device", cache, "--seed"}, "--seed needs a value"},
       {{"tune", "--local"}, "no device"},
+      {{"tune", spec("gpu.json", job(params)), "--local", "--device", "0", "--sim-speed", "2"},
+       "--sim-speed sets how fast a recorded space replays; --device 0 is not one"},
       {{"tune", "--device", cache}, "give --local"},
       {{"tune", "--local", "--device", cache, "a.json", "b.json"}, "unexpected argument 'b.json'"},
       {{"best"}, "--kernel NAME is required"},

@@ -361,6 +361,15 @@ TEST_F(DaemonTest, AListenAddressOfTheWrongFormIsNamed) {
   EXPECT_THAT(failure, HasSubstr("192.0.2.1 is not an address of this machine"));
 }
 
+TEST_F(DaemonTest, AFlagForAnotherSetUpIsRefusedNotIgnored) {
+  std::string failure;
+  EXPECT_FALSE(StartDaemon({"--device", kConv, "--lease-seconds", "5"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("--lease-seconds is for a fleet's daemon"));
+  EXPECT_THAT(failure, HasSubstr("is a SQLite file"));
+  EXPECT_FALSE(StartDaemon({"--device", "0", "--sim-speed", "10"}, &failure));
+  EXPECT_THAT(failure, HasSubstr("--sim-speed sets how fast recorded spaces replay"));
+}
+
 TEST_F(DaemonTest, ACleanStopLeavesNoLockFile) {
   ASSERT_TRUE(StartDaemon({"--device", kConv}));
   const std::string lock = Db() + ".ktuned-lock";
