@@ -43,16 +43,48 @@ def _job(j: results_pb2.Job) -> Job:
                message=j.message, client=j.client, best=best)
 
 
+_FORMS = ("give HOST:PORT (127.0.0.1:7070, gpu7.example:7070, [::1]:7070), unix:PATH "
+          "or a gRPC target (dns:///HOST:PORT)")
+
+
 def _check_address(address: str) -> None:
-    """As the C++ client: gRPC takes a port above 65535 modulo 65536 and
-    would call another port, so such an address is refused here."""
+    """As the C++ client (server/common/address.h): left to gRPC, a port
+    above 65535 is taken modulo 65536 and calls another port, a missing
+    port becomes 443 (or 0), and an IPv6 address without brackets cannot be
+    told from its port; each is refused here, naming what is wrong."""
     if not address:
-        raise KtuneError("empty address")
+        raise KtuneError(f"empty address; {_FORMS}")
     if address.startswith(("unix:", "unix-abstract:")):
         return
-    port = address.rpartition(":")[2] if ":" in address else ""
-    if port.isascii() and port.isdigit() and not 1 <= int(port) <= 65535:
-        raise KtuneError(f"{address}: port {port} is not a port; give one in [1, 65535]")
+    host, colon, port = address.rpartition(":")
+
+    def check_port() -> None:
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise KtuneError(f"{address}: port {port} is not a port; give one in [1, 65535]")
+
+    if "://" in address or address.startswith(("dns:", "ipv4:", "ipv6:", "vsock:", "xds:")):
+        if colon and port.isascii() and port.isdigit():
+            check_port()  # the rest is gRPC's to read
+        return
+    if address.startswith("["):
+        close = address.find("]")
+        if close in (-1, 1):
+            what = "no address in the brackets" if close == 1 else "no closing ']'"
+            raise KtuneError(f"{address}: {what}; {_FORMS}")
+        after = address[close + 1:]
+        if not after:
+            raise KtuneError(f"{address}: no port; {_FORMS}")
+        if after[0] != ":" or len(after) - 1 != len(port):
+            raise KtuneError(f"{address}: after [ADDRESS] comes :PORT and nothing else; {_FORMS}")
+    elif not colon:
+        raise KtuneError(f"{address}: no port; {_FORMS}")
+    elif not host:
+        raise KtuneError(f"{address}: no host; {_FORMS}")
+    elif any(c in host for c in ":[]"):
+        raise KtuneError(f"{address}: an IPv6 address goes in brackets, [ADDRESS]:PORT; {_FORMS}")
+    if not port:
+        raise KtuneError(f"{address}: no port; {_FORMS}")
+    check_port()
 
 
 def _load_spec(spec: Union[str, dict, job_pb2.JobSpec]) -> job_pb2.JobSpec:

@@ -1,8 +1,10 @@
 // Addresses of a ktuned: the port of HOST:PORT as every address flag
 // reads it, and the address as clients name it (ktune --server, the client
-// library's Connect): HOST:PORT, [V6]:PORT, unix:PATH or any other gRPC
-// target. gRPC takes a port above 65535 modulo 65536 and would call another
-// port's daemon (or none) under the name given: such a port is refused here.
+// library's Connect): HOST:PORT, [V6]:PORT, unix:PATH or a gRPC target
+// with its scheme. Left to gRPC, a port above 65535 is taken modulo 65536
+// and calls another port's daemon (or none) under the name given, a
+// missing port becomes 443 (or 0), and an IPv6 address without brackets
+// cannot be told from its port: each is refused here, naming what is wrong.
 #ifndef KTUNE_SERVER_COMMON_ADDRESS_H_
 #define KTUNE_SERVER_COMMON_ADDRESS_H_
 
@@ -27,25 +29,64 @@ inline std::optional<int> PortNumber(std::string_view port) {
   return n;
 }
 
-// INVALID_ARGUMENT, naming the address, when it is empty or ends in a port
-// outside [1, 65535]; OK otherwise (whether it answers is for the call).
+// INVALID_ARGUMENT, naming the address, when a client could not mean it:
+// empty; HOST:PORT (or [V6]:PORT) without a host, without a port, with a
+// port that is not a number in [1, 65535], or an IPv6 address without its
+// brackets; or a gRPC target (dns:///HOST:PORT, ipv4:, ipv6:, unix:PATH,
+// unix-abstract:, vsock:, xds:, any scheme://) ending in a port outside
+// [1, 65535]. OK otherwise: whether it answers is for the call.
 inline absl::Status CheckServerAddress(std::string_view address) {
-  if (address.empty()) return absl::InvalidArgumentError("empty address");
+  constexpr std::string_view kForms =
+      "give HOST:PORT (127.0.0.1:7070, gpu7.example:7070, [::1]:7070), unix:PATH or a gRPC "
+      "target (dns:///HOST:PORT)";
+  if (address.empty()) return absl::InvalidArgumentError(StrCat("empty address; ", kForms));
   // A socket's path may end in ":digits" of its own.
   if (address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0) {
     return absl::OkStatus();
   }
   const std::size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos) return absl::OkStatus();
-  const std::string_view port = address.substr(colon + 1);
-  if (port.empty() || port.find_first_not_of("0123456789") != std::string_view::npos) {
-    return absl::OkStatus();  // no port (gRPC's default) or not one: gRPC says
-  }
-  if (const std::optional<int> n = PortNumber(port); !n || *n == 0) {
+  const std::string_view port = colon == std::string_view::npos ? "" : address.substr(colon + 1);
+  auto bad_port = [&] {
     return absl::InvalidArgumentError(
         StrCat(address, ": port ", port, " is not a port; give one in [1, 65535]"));
+  };
+  bool target = address.find("://") != std::string_view::npos;
+  for (const std::string_view scheme : {"dns:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
+    target = target || address.rfind(scheme, 0) == 0;
   }
-  return absl::OkStatus();
+  if (target) {
+    // gRPC's to read; a last part that is all digits is a port.
+    if (port.empty() || port.find_first_not_of("0123456789") != std::string_view::npos) {
+      return absl::OkStatus();
+    }
+    const std::optional<int> n = PortNumber(port);
+    return n && *n != 0 ? absl::OkStatus() : bad_port();
+  }
+  if (address.front() == '[') {
+    const std::size_t close = address.find(']');
+    if (close == std::string_view::npos || close == 1) {
+      return absl::InvalidArgumentError(StrCat(
+          address, close == 1 ? ": no address in the brackets; " : ": no closing ']'; ", kForms));
+    }
+    const std::string_view after_host = address.substr(close + 1);
+    if (after_host.empty()) {
+      return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
+    }
+    if (after_host.front() != ':' || after_host.size() - 1 != port.size()) {
+      return absl::InvalidArgumentError(
+          StrCat(address, ": after [ADDRESS] comes :PORT and nothing else; ", kForms));
+    }
+  } else if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
+  } else if (colon == 0) {
+    return absl::InvalidArgumentError(StrCat(address, ": no host; ", kForms));
+  } else if (address.substr(0, colon).find_first_of(":[]") != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        StrCat(address, ": an IPv6 address goes in brackets, [ADDRESS]:PORT; ", kForms));
+  }
+  if (port.empty()) return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
+  const std::optional<int> n = PortNumber(port);
+  return n && *n != 0 ? absl::OkStatus() : bad_port();
 }
 
 }  // namespace ktune

@@ -105,6 +105,15 @@ class DaemonTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             ktune.connect("127.0.0.1:99999")
         self.assertIn("port 99999 is not a port", str(e.exception))
+        for address, says in [("localhost", "localhost: no port"), ("[::1]", "[::1]: no port"),
+                              ("::1", "goes in brackets"), (":7070", ":7070: no host"),
+                              ("h:-1", "port -1 is not a port"), ("[::1:7070", "no closing"),
+                              ("", "empty address")]:
+            with self.assertRaises(ktune.KtuneError) as e:
+                ktune.connect(address)
+            self.assertIn(says, str(e.exception))
+        for address in ["[::1]:7070", "dns:///gpu7", "unix:/tmp/a:99999", "ipv4:10.0.0.1:7070"]:
+            ktune.connect(address, timeout=0.1).close()
 
     def test_e_the_store_answers_without_a_daemon(self):
         self.k.tune(SPEC, wait=True)
