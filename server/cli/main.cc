@@ -86,6 +86,15 @@ int RunCommand(const Command& command, const Args& args) {
       std::cerr << "ktune " << name << ": not available with --server\n";
       return kExitInvalidInput;
     }
+    // The daemon's own: refused rather than ignored, so that no one reads
+    // an answer from the daemon's store as one from theirs.
+    for (const char* flag : {"db", "sim-speed", "compile-workers"}) {
+      if (args.Has(flag)) {
+        std::cerr << "ktune " << name << ": --" << flag
+                  << " is for a command run here; with --server the daemon uses its own\n";
+        return kExitInvalidInput;
+      }
+    }
     absl::StatusOr<Connection> connected = Connect(args);
     failure = connected.ok() ? command.remote(*connected, args, &exit_code)
                              : InvalidInput(connected.status());

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -565,6 +566,10 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
       {{"tune", "--local", "--device", cache, "a.json", "b.json"}, "unexpected argument 'b.json'"},
       {{"best"}, "--kernel NAME is required"},
       {{"best", "--kernel", "k", "--problem", "N"}, "--problem: 'N' is not name=value"},
+      {{"jobs", "--server", "127.0.0.1:1", "--db", "mine.db"},
+       "--db is for a command run here; with --server the daemon uses its own"},
+      {{"tune", "--server", "127.0.0.1:1", "--sim-speed", "3"},
+       "--sim-speed is for a command run here"},
       {{"jobs", "--server", "127.0.0.1:99999"},
        "--server: 127.0.0.1:99999: port 99999 is not a port; give one in [1, 65535]"},
       {{"show"}, "give a JOB id"},
@@ -573,7 +578,8 @@ TEST_F(CliTest, MalformedInputExitsTwoAndTouchesNothing) {
   };
   for (const auto& c : flag_cases) {
     std::vector<std::string> args = c.args;
-    if (args[0] != "frobnicate") args.insert(args.end(), {"--db", Db()});
+    const bool remote = std::find(args.begin(), args.end(), "--server") != args.end();
+    if (args[0] != "frobnicate" && !remote) args.insert(args.end(), {"--db", Db()});
     const RunResult r = Run(args);
     EXPECT_EQ(r.code, 2) << c.message << "\n" << r.err;
     EXPECT_THAT(r.err, HasSubstr(c.message));
