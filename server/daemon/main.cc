@@ -9,6 +9,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -339,6 +340,36 @@ BuildInfo BuildInfoOf(const Scheduler& scheduler) {
   return b;
 }
 
+// Every client connection holds a file descriptor, and so do each job's
+// workers and the store; a shell's soft limit (often 1024) would let a crowd
+// of clients starve a running job of descriptors. The soft limit is raised
+// to the hard one, which is the administrator's to set (LimitNOFILE= in the
+// systemd unit); a low hard limit is named.
+void RaiseOpenFileLimit() {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    // An unlimited hard limit is still bounded by the kernel (fs.nr_open).
+    for (const rlim_t want : {rl.rlim_max, static_cast<rlim_t>(1) << 20}) {
+      rlimit raised = rl;
+      raised.rlim_cur = std::min(want, rl.rlim_max);
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+        rl = raised;
+        break;
+      }
+    }
+  }
+  if (constexpr rlim_t kLow = 4096; rl.rlim_cur < kLow) {
+    std::fprintf(stderr,
+                 "ktuned: warning: at most %llu open files (ulimit -n; the hard limit is %llu): "
+                 "each client connection and each worker holds some; raise the hard limit "
+                 "(LimitNOFILE= in a systemd unit) to %llu or more\n",
+                 static_cast<unsigned long long>(rl.rlim_cur),
+                 static_cast<unsigned long long>(rl.rlim_max),
+                 static_cast<unsigned long long>(kLow));
+  }
+}
+
 // Serves until SIGTERM or SIGINT. Returns the exit code.
 int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerService& service,
           DaemonMetrics& metrics, const SchedulerOptions& so) {
@@ -468,6 +499,7 @@ int Main(int argc, char** argv) {
     std::cerr << "ktuned: " << so.status().message() << "\n";
     return kExitInvalidInput;
   }
+  RaiseOpenFileLimit();
   // The address first: a daemon that cannot listen opens nothing.
   if (absl::Status s = ProbeListenAddress(sec->listen); !s.ok()) {
     std::cerr << "ktuned: " << s.message() << "\n";

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -368,6 +369,53 @@ TEST_F(DaemonTest, AFlagForAnotherSetUpIsRefusedNotIgnored) {
   EXPECT_THAT(failure, HasSubstr("is a SQLite file"));
   EXPECT_FALSE(StartDaemon({"--device", "0", "--sim-speed", "10"}, &failure));
   EXPECT_THAT(failure, HasSubstr("--sim-speed sets how fast recorded spaces replay"));
+}
+
+// The soft and hard limits of `pid` on open files, from /proc.
+std::pair<std::string, std::string> OpenFileLimits(pid_t pid) {
+  for (const std::string& line : StrSplit(Slurp(StrCat("/proc/", pid, "/limits")), '\n')) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::vector<std::string> words;
+    for (const std::string& w : StrSplit(line.substr(14), ' ')) {
+      if (!w.empty()) words.push_back(w);
+    }
+    if (words.size() >= 2) return {words[0], words[1]};
+  }
+  return {};
+}
+
+TEST_F(DaemonTest, ItRaisesItsOpenFileLimitToTheHardOne) {
+  rlimit mine{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max < 8192) GTEST_SKIP() << "a hard limit of " << mine.rlim_max << " here";
+  // Started from a shell's 1024 (inherited), it serves with the hard limit.
+  rlimit low = mine;
+  low.rlim_cur = 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const bool started = StartDaemon({"--device", kConv});
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &mine), 0);
+  ASSERT_TRUE(started);
+  const auto [soft, hard] = OpenFileLimits(pid_);
+  EXPECT_EQ(soft, hard);
+  EXPECT_NE(soft, "1024");
+  EXPECT_THAT(Slurp(File("daemon.err")), Not(HasSubstr("open files")));
+  Stop(SIGTERM);
+
+  // A hard limit too low for a crowd of clients is named, and it still serves.
+  int port_fd = -1;
+  const pid_t limited = testing::SpawnWithPipe(
+      "/bin/sh",
+      {"-c", "ulimit -n 1000 && exec \"$0\" \"$@\"", KTUNED_PATH, "--db", Db(), "--listen",
+       "127.0.0.1:0", "--port-file", "/dev/fd/3", "--device", kConv},
+      File("limited.out"), File("limited.err"), &port_fd);
+  const std::string address = testing::ReadLine(port_fd);
+  close(port_fd);
+  EXPECT_NE(address, "") << Slurp(File("limited.err"));
+  EXPECT_EQ(OpenFileLimits(limited), std::make_pair(std::string("1000"), std::string("1000")));
+  kill(limited, SIGTERM);
+  EXPECT_EQ(Wait(limited), 0);
+  EXPECT_THAT(Slurp(File("limited.err")),
+              HasSubstr("warning: at most 1000 open files (ulimit -n; the hard limit is 1000)"));
 }
 
 TEST_F(DaemonTest, ACleanStopLeavesNoLockFile) {
