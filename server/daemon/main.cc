@@ -103,7 +103,10 @@ const CommandSpec kDaemonCommand{
      {"insecure", "", "allow a non-loopback address without TLS and token (not recommended)"},
      {"sim-speed", "X", "replay simulated devices in real time, X times faster than recorded"},
      {"compile-workers", "N", "NVRTC worker processes per GPU job (default: one per core)"},
-     {"rpc-threads", "N", "threads answering calls that read the store (default 2)"}},
+     {"rpc-threads", "N", "threads answering calls that read the store (default 2)"},
+     {"keepalive-seconds", "S",
+      "ping a client connection after S seconds without traffic; one that does not answer "
+      "within 20 s (or S, if shorter) is closed with its calls (default 60)"}},
     0};
 
 bool IsLoopback(const std::string& address) {
@@ -143,6 +146,7 @@ struct Security {
   std::string http;  // --http: empty, none
   int http_max_connections = 256;
   std::string tls_cert, tls_key;  // PEM, when TLS
+  double keepalive_seconds = 60;  // clients that vanish without a word
 };
 
 absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
@@ -177,6 +181,9 @@ absl::StatusOr<Security> SecurityFromArgs(const Args& args) {
   KTUNE_ASSIGN_OR_RETURN(const std::optional<std::int64_t> http_max,
                          args.GetInt("http-max-connections", 1, 65536));
   if (http_max) sec.http_max_connections = static_cast<int>(*http_max);
+  KTUNE_ASSIGN_OR_RETURN(const std::optional<double> keepalive,
+                         args.GetDouble("keepalive-seconds", 0.1));
+  if (keepalive) sec.keepalive_seconds = *keepalive;
   if (!sec.http.empty() && !IsLoopback(sec.http) && !(tls && !sec.token.empty()) &&
       !args.Has("insecure")) {
     return absl::InvalidArgumentError(
@@ -385,6 +392,15 @@ int Serve(const Security& sec, const Args& args, Scheduler& scheduler, TunerServ
   // One daemon per address: without this, gRPC lets a second process
   // listen on the same port and the kernel splits the calls between them.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A client whose host vanished (no FIN, no RST) would hold its connection,
+  // and a WatchJob stream's events, until TCP gives up, hours later: every
+  // connection is pinged after --keepalive-seconds of quiet, with or without
+  // calls, however often, and closed if the ping is not answered.
+  const auto keepalive_ms = static_cast<int>(std::min(sec.keepalive_seconds * 1000, 1e9));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::min(keepalive_ms, 20000));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // Requests up to twice --max-request-mib reach the service, which names
   // the limit and the flag; larger ones gRPC refuses on its own.
   builder.SetMaxReceiveMessageSize(

@@ -113,7 +113,12 @@ DaemonMetrics::DaemonMetrics(const BuildInfo& build)
                               .Help("Times the HTTP endpoint held --http-max-connections and "
                                     "left new connections waiting until one closed")
                               .Register(*registry_)
-                              .Add({})) {
+                              .Add({})),
+      watch_streams_(BuildGauge()
+                         .Name("ktune_watch_streams")
+                         .Help("WatchJob streams open (clients following a job)")
+                         .Register(*registry_)
+                         .Add({})) {
   build_info_
       .Add({{"version", build.version}, {"cuda_driver", build.cuda_driver}, {"nvrtc", build.nvrtc}})
       .Set(1);
@@ -134,6 +139,10 @@ void DaemonMetrics::HttpConnectionOpened() { http_connections_.Increment(); }
 void DaemonMetrics::HttpConnectionClosed() { http_connections_.Decrement(); }
 
 void DaemonMetrics::HttpConnectionLimitReached() { http_limit_reached_.Increment(); }
+
+void DaemonMetrics::WatchOpened() { watch_streams_.Increment(); }
+
+void DaemonMetrics::WatchClosed() { watch_streams_.Decrement(); }
 
 void DaemonMetrics::CountTo(prometheus::Family<prometheus::Counter>& family,
                             const prometheus::Labels& labels, double total) {

@@ -1,9 +1,9 @@
 // The daemon's Prometheus metrics (served at /metrics by the HTTP
 // endpoint, server/daemon/http.h): jobs by state, queue depth and busy time
 // per device, evaluations by status, worker restarts, the compile pool,
-// the canary under load, GetBest requests and their latency, the HTTP
-// endpoint's connections, the store's size and what the daemon was built
-// with. Names and labels follow Prometheus's conventions: base units
+// the canary under load, GetBest requests and their latency, WatchJob
+// streams, the HTTP endpoint's connections, the store's size and what the
+// daemon was built with. Names and labels follow Prometheus's conventions: base units
 // (seconds, bytes), counters end in _total, one `device` label per device
 // (its locator, as --device gave it). Built on prometheus-cpp's registry
 // and text serialiser.
@@ -51,6 +51,11 @@ class DaemonMetrics {
   void HttpConnectionClosed();
   void HttpConnectionLimitReached();
 
+  // A WatchJob stream opened, and one ended (finished, cancelled, or its
+  // connection closed).
+  void WatchOpened();
+  void WatchClosed();
+
   // The text exposition format of every metric, with the gauges and
   // totals of `activity` (read just before).
   std::string Render(const SchedulerActivity& activity);
@@ -85,6 +90,7 @@ class DaemonMetrics {
   prometheus::Histogram& best_seconds_;
   prometheus::Gauge& http_connections_;
   prometheus::Counter& http_limit_reached_;
+  prometheus::Gauge& watch_streams_;
   prometheus::Counter* best_by_answer_[3];
 };
 

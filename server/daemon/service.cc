@@ -37,7 +37,11 @@ grpc::ServerUnaryReactor* Async(grpc::CallbackServerContext* ctx, boost::asio::t
 // Streams one job's events; the scheduler delivers them from its threads.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent>, public EventSink {
  public:
-  explicit WatchReactor(Scheduler& scheduler) : scheduler_(scheduler) {}
+  // `metrics` (may be null) counts the stream from here until OnDone.
+  WatchReactor(Scheduler& scheduler, DaemonMetrics* metrics)
+      : scheduler_(scheduler), metrics_(metrics) {
+    if (metrics_ != nullptr) metrics_->WatchOpened();
+  }
 
   // Owned through shared_ptrs (self_ and the scheduler's subscriptions):
   // gRPC needs it until OnDone, a scheduler thread may still hold it a
@@ -75,6 +79,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent>, public
 
   void OnDone() override {
     scheduler_.Unwatch(this);
+    if (metrics_ != nullptr) metrics_->WatchClosed();
     // Unwatch removed the sink from live jobs; a scheduler thread that had
     // already taken it finds finished_ set (under mu_) and returns.
     {
@@ -111,6 +116,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent>, public
   }
 
   Scheduler& scheduler_;
+  DaemonMetrics* const metrics_;
   std::mutex mu_;
   std::deque<v1::JobEvent> pending_;
   bool writing_ = false;
@@ -331,7 +337,7 @@ grpc::ServerUnaryReactor* TunerService::ListDevices(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<v1::JobEvent>* TunerService::WatchJob(grpc::CallbackServerContext* ctx,
                                                                const v1::WatchJobRequest* request) {
-  auto* reactor = new WatchReactor(scheduler_);
+  auto* reactor = new WatchReactor(scheduler_, metrics_);
   if (!Authorized(ctx)) {
     reactor->FinishWith(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, kUnauthenticated));
     return reactor;

@@ -3,6 +3,7 @@
 // dashboard's API and pages, and the token and TLS rules of the gRPC port.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <boost/asio/connect.hpp>
@@ -13,6 +14,7 @@
 #include <future>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/daemon/daemon_fixture.h"
@@ -199,6 +201,43 @@ TEST_F(HttpTest, ConnectionsBeyondTheLimitWaitForOneToClose) {
   EXPECT_THAT(failure, HasSubstr("--http-max-connections is for the dashboard, which is off"));
   EXPECT_FALSE(StartDaemon({"--device", kConv, "--http-port-file", File("none")}, &failure));
   EXPECT_THAT(failure, HasSubstr("--http-port-file is for the dashboard, which is off"));
+}
+
+// A client whose host vanishes answers nothing, not even with a reset:
+// stopped, a `ktune watch` process is one. The daemon's keepalive closes
+// its connection and its stream; a watcher still there keeps its own.
+TEST_F(HttpTest, AWatcherThatStopsAnsweringIsClosedByTheKeepalive) {
+  ASSERT_TRUE(StartWithHttp({"--device", kConv, "--sim-speed", "1", "--keepalive-seconds", "2"}));
+  v1::SubmitJobResponse job;
+  ASSERT_TRUE(Submit(Budget(4000, 1), &job).ok());
+  auto watch = [&](const std::string& name) {
+    return Spawn(KTUNE_CLI_PATH, {"--server", address_, "watch", job.job_id()}, File(name + ".out"),
+                 File(name + ".err"));
+  };
+  // The number of streams open once it is `want`, or its last value after
+  // a minute.
+  auto streams_become = [&](double want) {
+    double now = -1;
+    for (int i = 0; i < 600 && now != want; ++i) {
+      if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      now = Value(Get("/metrics").body, "ktune_watch_streams");
+    }
+    return now;
+  };
+  const pid_t gone = watch("gone");
+  ASSERT_EQ(streams_become(1), 1);
+  const pid_t live = watch("live");
+  ASSERT_EQ(streams_become(2), 2);
+  kill(gone, SIGSTOP);
+  EXPECT_EQ(streams_become(1), 1) << "the stopped watcher's stream is still open";
+  // Through a few more pings, the live watcher's stream stays.
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  EXPECT_EQ(Value(Get("/metrics").body, "ktune_watch_streams"), 1);
+  for (const pid_t w : {gone, live}) {
+    kill(w, SIGKILL);
+    Wait(w);
+  }
+  EXPECT_EQ(streams_become(0), 0);
 }
 
 TEST_F(HttpTest, ATokenGuardsTheEndpoint) {
