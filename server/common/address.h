@@ -9,9 +9,11 @@
 #define KTUNE_SERVER_COMMON_ADDRESS_H_
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "tuner/base/strings.h"
 
 namespace ktune {
@@ -29,12 +31,44 @@ inline std::optional<int> PortNumber(std::string_view port) {
   return n;
 }
 
+// HOST:PORT or [V6]:PORT taken apart (the host without its brackets).
+struct HostPort {
+  std::string host;
+  std::string port;  // as written: PortNumber says whether it is one
+};
+
+// `address` as HOST:PORT or [V6]:PORT; INVALID_ARGUMENT saying what it
+// lacks otherwise (no host, no port, an IPv6 address without brackets,
+// ...), for the caller to prefix with the flag and the address.
+inline absl::StatusOr<HostPort> SplitHostPort(std::string_view address) {
+  const std::size_t colon = address.rfind(':');
+  if (!address.empty() && address.front() == '[') {
+    const std::size_t close = address.find(']');
+    if (close == std::string_view::npos) return absl::InvalidArgumentError("no closing ']'");
+    if (close == 1) return absl::InvalidArgumentError("no address in the brackets");
+    if (close + 1 == address.size()) return absl::InvalidArgumentError("no port");
+    if (colon != close + 1) {
+      return absl::InvalidArgumentError("after [ADDRESS] comes :PORT and nothing else");
+    }
+  } else if (colon == std::string_view::npos) {
+    return absl::InvalidArgumentError("no port");
+  } else if (colon == 0) {
+    return absl::InvalidArgumentError("no host");
+  } else if (address.substr(0, colon).find_first_of(":[]") != std::string_view::npos) {
+    return absl::InvalidArgumentError("an IPv6 address goes in brackets, [ADDRESS]:PORT");
+  }
+  if (colon + 1 == address.size()) return absl::InvalidArgumentError("no port");
+  const bool bracketed = address.front() == '[';
+  return HostPort{std::string(address.substr(bracketed ? 1 : 0, colon - (bracketed ? 2 : 0))),
+                  std::string(address.substr(colon + 1))};
+}
+
 // INVALID_ARGUMENT, naming the address, when a client could not mean it:
-// empty; HOST:PORT (or [V6]:PORT) without a host, without a port, with a
-// port that is not a number in [1, 65535], or an IPv6 address without its
-// brackets; or a gRPC target (dns:///HOST:PORT, ipv4:, ipv6:, unix:PATH,
-// unix-abstract:, vsock:, xds:, any scheme://) ending in a port outside
-// [1, 65535]. OK otherwise: whether it answers is for the call.
+// empty; HOST:PORT (or [V6]:PORT) that SplitHostPort refuses or whose port
+// is not a number in [1, 65535]; or a gRPC target (dns:///HOST:PORT,
+// ipv4:, ipv6:, unix:PATH, unix-abstract:, vsock:, xds:, any scheme://)
+// ending in a port outside [1, 65535]. OK otherwise: whether it answers is
+// for the call.
 inline absl::Status CheckServerAddress(std::string_view address) {
   constexpr std::string_view kForms =
       "give HOST:PORT (127.0.0.1:7070, gpu7.example:7070, [::1]:7070), unix:PATH or a gRPC "
@@ -46,10 +80,6 @@ inline absl::Status CheckServerAddress(std::string_view address) {
   }
   const std::size_t colon = address.rfind(':');
   const std::string_view port = colon == std::string_view::npos ? "" : address.substr(colon + 1);
-  auto bad_port = [&] {
-    return absl::InvalidArgumentError(
-        StrCat(address, ": port ", port, " is not a port; give one in [1, 65535]"));
-  };
   bool target = address.find("://") != std::string_view::npos;
   for (const std::string_view scheme : {"dns:", "ipv4:", "ipv6:", "vsock:", "xds:"}) {
     target = target || address.rfind(scheme, 0) == 0;
@@ -59,34 +89,12 @@ inline absl::Status CheckServerAddress(std::string_view address) {
     if (port.empty() || port.find_first_not_of("0123456789") != std::string_view::npos) {
       return absl::OkStatus();
     }
-    const std::optional<int> n = PortNumber(port);
-    return n && *n != 0 ? absl::OkStatus() : bad_port();
+  } else if (const absl::StatusOr<HostPort> hp = SplitHostPort(address); !hp.ok()) {
+    return absl::InvalidArgumentError(StrCat(address, ": ", hp.status().message(), "; ", kForms));
   }
-  if (address.front() == '[') {
-    const std::size_t close = address.find(']');
-    if (close == std::string_view::npos || close == 1) {
-      return absl::InvalidArgumentError(StrCat(
-          address, close == 1 ? ": no address in the brackets; " : ": no closing ']'; ", kForms));
-    }
-    const std::string_view after_host = address.substr(close + 1);
-    if (after_host.empty()) {
-      return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
-    }
-    if (after_host.front() != ':' || after_host.size() - 1 != port.size()) {
-      return absl::InvalidArgumentError(
-          StrCat(address, ": after [ADDRESS] comes :PORT and nothing else; ", kForms));
-    }
-  } else if (colon == std::string_view::npos) {
-    return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
-  } else if (colon == 0) {
-    return absl::InvalidArgumentError(StrCat(address, ": no host; ", kForms));
-  } else if (address.substr(0, colon).find_first_of(":[]") != std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        StrCat(address, ": an IPv6 address goes in brackets, [ADDRESS]:PORT; ", kForms));
-  }
-  if (port.empty()) return absl::InvalidArgumentError(StrCat(address, ": no port; ", kForms));
-  const std::optional<int> n = PortNumber(port);
-  return n && *n != 0 ? absl::OkStatus() : bad_port();
+  if (const std::optional<int> n = PortNumber(port); n && *n != 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      StrCat(address, ": port ", port, " is not a port; give one in [1, 65535]"));
 }
 
 }  // namespace ktune

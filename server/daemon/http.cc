@@ -349,24 +349,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession<Stream>> {
 };
 
 // HOST:PORT or [V6]:PORT.
-absl::StatusOr<std::pair<std::string, std::string>> SplitAddress(const std::string& address) {
-  const std::size_t colon = address.rfind(':');
-  auto wrong = [&] {
-    return absl::InvalidArgumentError(StrCat("--http ", address,
-                                             ": give HOST:PORT (127.0.0.1:9090, [::1]:9090, "
-                                             "0.0.0.0:9090; port 0 picks one)"));
-  };
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return wrong();
-  std::string host = address.substr(0, colon);
-  const std::string port = address.substr(colon + 1);
-  if (port.size() > 5 || !PortNumber(port)) return wrong();
-  if (host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return wrong();
-    host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string::npos) {
-    return wrong();
+absl::StatusOr<HostPort> SplitAddress(const std::string& address) {
+  const absl::StatusOr<HostPort> hp = SplitHostPort(address);
+  if (!hp.ok() || hp->port.size() > 5 || !PortNumber(hp->port)) {
+    return absl::InvalidArgumentError(
+        StrCat("--http ", address, ": ",
+               hp.ok() ? "the port must be a number in [0, 65535]" : hp.status().message(),
+               "; give HOST:PORT (127.0.0.1:9090, [::1]:9090, 0.0.0.0:9090; port 0 picks one)"));
   }
-  return std::make_pair(host, port);
+  return *hp;
 }
 
 }  // namespace
@@ -476,11 +467,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
   }
   beast::error_code ec;
   tcp::resolver resolver(impl->io);
-  const auto found = resolver.resolve(host_port.first, host_port.second,
+  const auto found = resolver.resolve(host_port.host, host_port.port,
                                       tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || found.empty()) {
     return absl::InvalidArgumentError(StrCat("--http ", options.listen, ": cannot resolve ",
-                                             host_port.first, " (", ec.message(), ")"));
+                                             host_port.host, " (", ec.message(), ")"));
   }
   const tcp::endpoint at = found.begin()->endpoint();
   impl->acceptor.open(at.protocol(), ec);
@@ -492,11 +483,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpOptions&
         StrCat("--http ", options.listen, ": the address is in use"));
   }
   if (ec == boost::system::errc::address_not_available) {
-    return absl::InvalidArgumentError(StrCat("--http ", options.listen, ": ", host_port.first,
+    return absl::InvalidArgumentError(StrCat("--http ", options.listen, ": ", host_port.host,
                                              " is not an address of this machine"));
   }
   if (ec == boost::system::errc::permission_denied) {
-    return absl::InvalidArgumentError(StrCat("--http ", options.listen, ": port ", host_port.second,
+    return absl::InvalidArgumentError(StrCat("--http ", options.listen, ": port ", host_port.port,
                                              " needs privileges; use a port of 1024 or above"));
   }
   if (ec) {

@@ -17,26 +17,6 @@ namespace {
 constexpr const char* kForms =
     "give HOST:PORT (127.0.0.1:7070, [::1]:7070, 0.0.0.0:7070; port 0 picks one) or unix:PATH";
 
-struct HostPort {
-  std::string host;
-  std::string port;
-};
-
-// Splits HOST:PORT or [V6]:PORT; false when it is neither.
-bool Split(const std::string& address, HostPort* out) {
-  const std::size_t colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0) return false;
-  out->host = address.substr(0, colon);
-  out->port = address.substr(colon + 1);
-  if (out->host.front() == '[') {
-    if (out->host.size() < 3 || out->host.back() != ']') return false;
-    out->host = out->host.substr(1, out->host.size() - 2);
-  } else if (out->host.find(':') != std::string::npos) {
-    return false;  // an IPv6 address needs its brackets
-  }
-  return true;
-}
-
 // A file descriptor closed on scope exit.
 class Socket {
  public:
@@ -78,11 +58,12 @@ absl::Status CheckListenAddress(const std::string& address) {
     if (address.size() > 5) return absl::OkStatus();
     return absl::InvalidArgumentError(StrCat("--listen ", address, ": no socket path; ", kForms));
   }
-  HostPort hp;
-  if (!Split(address, &hp) || hp.host.empty()) {
-    return absl::InvalidArgumentError(StrCat("--listen ", address, ": not an address; ", kForms));
+  const absl::StatusOr<HostPort> hp = SplitHostPort(address);
+  if (!hp.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("--listen ", address, ": ", hp.status().message(), "; ", kForms));
   }
-  if (!PortNumber(hp.port)) {
+  if (!PortNumber(hp->port)) {
     return absl::InvalidArgumentError(
         StrCat("--listen ", address, ": the port must be a number in [0, 65535]; ", kForms));
   }
@@ -91,16 +72,16 @@ absl::Status CheckListenAddress(const std::string& address) {
 
 absl::Status ProbeListenAddress(const std::string& address) {
   if (address.rfind("unix:", 0) == 0) return ProbeUnix(address, address.substr(5));
-  HostPort hp;
-  if (!Split(address, &hp)) return CheckListenAddress(address);
+  const absl::StatusOr<HostPort> hp = SplitHostPort(address);
+  if (!hp.ok()) return CheckListenAddress(address);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(hp.host.c_str(), hp.port.c_str(), &hints, &found); rc != 0) {
+  if (const int rc = getaddrinfo(hp->host.c_str(), hp->port.c_str(), &hints, &found); rc != 0) {
     return absl::InvalidArgumentError(
-        StrCat("--listen ", address, ": cannot resolve ", hp.host, " (", gai_strerror(rc), ")"));
+        StrCat("--listen ", address, ": cannot resolve ", hp->host, " (", gai_strerror(rc), ")"));
   }
   absl::Status out = absl::OkStatus();
   for (addrinfo* a = found; a != nullptr && out.ok(); a = a->ai_next) {
@@ -117,9 +98,9 @@ absl::Status ProbeListenAddress(const std::string& address) {
           StrCat("--listen ", address, ": the address is in use (another ktuned?)"));
     } else if (err == EADDRNOTAVAIL) {
       out = absl::InvalidArgumentError(
-          StrCat("--listen ", address, ": ", hp.host, " is not an address of this machine"));
+          StrCat("--listen ", address, ": ", hp->host, " is not an address of this machine"));
     } else if (err == EACCES) {
-      out = absl::InvalidArgumentError(StrCat("--listen ", address, ": port ", hp.port,
+      out = absl::InvalidArgumentError(StrCat("--listen ", address, ": port ", hp->port,
                                               " needs privileges; use a port of 1024 or above"));
     }
   }

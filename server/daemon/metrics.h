@@ -3,10 +3,10 @@
 // per device, evaluations by status, worker restarts, the compile pool,
 // the canary under load, GetBest requests and their latency, WatchJob
 // streams, the HTTP endpoint's connections, the store's size and what the
-// daemon was built with. Names and labels follow Prometheus's conventions: base units
-// (seconds, bytes), counters end in _total, one `device` label per device
-// (its locator, as --device gave it). Built on prometheus-cpp's registry
-// and text serialiser.
+// daemon was built with. Names and labels follow Prometheus's conventions:
+// base units (seconds, bytes), counters end in _total, one `device` label
+// per device (its locator, as --device gave it). Built on prometheus-cpp's
+// registry and text serialiser.
 //
 // Thread-safe.
 #ifndef KTUNE_SERVER_DAEMON_METRICS_H_

@@ -270,7 +270,7 @@ TEST_F(HttpTest, OffLoopbackTheEndpointNeedsTlsAndAToken) {
   EXPECT_FALSE(StartDaemon({"--device", kConv, "--http", "0.0.0.0:0"}, &failure));
   EXPECT_THAT(failure, HasSubstr("--http 0.0.0.0:0: not a loopback address, so TLS"));
   EXPECT_FALSE(StartDaemon({"--device", kConv, "--http", "nonsense"}, &failure));
-  EXPECT_THAT(failure, HasSubstr("--http nonsense: give HOST:PORT"));
+  EXPECT_THAT(failure, HasSubstr("--http nonsense: no port; give HOST:PORT"));
 
   if (system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl";
   ASSERT_TRUE(MakeCertificate("cert", "localhost"));
